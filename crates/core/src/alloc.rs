@@ -1,0 +1,295 @@
+//! Allocation of inodes, metadata pages and data pages.
+//!
+//! The allocator lives in DRAM and belongs to the server. Its bitmaps are written to the pool
+//! at a clean unmount; after a crash, recovery rebuilds them from what is reachable, so a
+//! crash can neither leak nor double-allocate (reservations of clients are DRAM-only for the
+//! same reason). Freed items wait for every reader that may hold them (epochs) and, for
+//! anything the log may still write to (inodes, metadata pages), for the next checkpoint.
+
+use crate::layout::{Geometry, PAGE};
+use engram_pmem::Pool;
+
+/// A plain bitmap with a next-fit hint. Set bit = in use.
+#[derive(Clone, Debug)]
+pub struct Bitmap {
+    words: Vec<u64>,
+    len: u64,
+    used: u64,
+    hint: usize,
+}
+
+impl Bitmap {
+    pub fn new(len: u64) -> Bitmap {
+        let mut b = Bitmap { words: vec![0; len.div_ceil(64) as usize], len, used: 0, hint: 0 };
+        // Bits past the end are permanently "used" so that scans never return them.
+        for i in len..b.words.len() as u64 * 64 {
+            b.words[(i / 64) as usize] |= 1 << (i % 64);
+        }
+        b
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+    pub fn free(&self) -> u64 {
+        self.len - self.used
+    }
+
+    pub fn get(&self, i: u64) -> bool {
+        self.words[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+
+    /// Mark bit `i` used; returns false if it already was.
+    pub fn set(&mut self, i: u64) -> bool {
+        let w = &mut self.words[(i / 64) as usize];
+        let m = 1u64 << (i % 64);
+        if *w & m != 0 {
+            return false;
+        }
+        *w |= m;
+        self.used += 1;
+        true
+    }
+
+    /// Mark bit `i` free; returns false if it already was.
+    pub fn clear(&mut self, i: u64) -> bool {
+        let w = &mut self.words[(i / 64) as usize];
+        let m = 1u64 << (i % 64);
+        if *w & m == 0 {
+            return false;
+        }
+        *w &= !m;
+        self.used -= 1;
+        true
+    }
+
+    /// Take one free bit.
+    pub fn alloc(&mut self) -> Option<u64> {
+        self.alloc_run(1).map(|(start, _)| start)
+    }
+
+    /// Take a run of up to `max` contiguous free bits (at least one), next-fit from the hint.
+    pub fn alloc_run(&mut self, max: u64) -> Option<(u64, u64)> {
+        if self.used == self.len || max == 0 {
+            return None;
+        }
+        let n = self.words.len();
+        for k in 0..n {
+            let wi = (self.hint + k) % n;
+            let w = self.words[wi];
+            if w == u64::MAX {
+                continue;
+            }
+            let start = wi as u64 * 64 + (!w).trailing_zeros() as u64;
+            let mut count = 0;
+            while count < max && start + count < self.len && !self.get(start + count) {
+                self.set(start + count);
+                count += 1;
+            }
+            self.hint = ((start + count) / 64) as usize % n;
+            return Some((start, count));
+        }
+        None
+    }
+
+    fn words_len(&self) -> u64 {
+        self.words.len() as u64 * 8
+    }
+
+    fn store(&self, pool: &Pool, off: u64) {
+        let bytes: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        pool.write(off, &bytes);
+        pool.flush(off, bytes.len() as u64);
+    }
+
+    fn load(len: u64, pool: &Pool, off: u64) -> Bitmap {
+        let mut b = Bitmap::new(len);
+        let bytes = pool.slice(off, b.words_len());
+        for (i, c) in bytes.chunks_exact(8).enumerate() {
+            b.words[i] |= u64::from_le_bytes(c.try_into().unwrap());
+        }
+        b.used = b.words.iter().map(|w| w.count_ones() as u64).sum::<u64>()
+            - (b.words.len() as u64 * 64 - len);
+        b
+    }
+}
+
+/// What a freed item is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    Inode(u64),
+    MetaPage(u64),
+    DataPage(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    item: Item,
+    epoch: u64,
+    checkpoint: u64,
+}
+
+/// The server's allocator.
+#[derive(Debug)]
+pub struct Allocator {
+    geo: Geometry,
+    pub inodes: Bitmap,
+    pub meta: Bitmap,
+    pub data: Bitmap,
+    pending: Vec<Pending>,
+}
+
+impl Allocator {
+    /// An allocator with nothing in use but the reserved inode 0.
+    pub fn empty(geo: &Geometry) -> Allocator {
+        let mut inodes = Bitmap::new(geo.inode_count);
+        inodes.set(0);
+        Allocator {
+            geo: *geo,
+            inodes,
+            meta: Bitmap::new(geo.meta_pages),
+            data: Bitmap::new(geo.data_pages),
+            pending: Vec::new(),
+        }
+    }
+
+    fn offsets(geo: &Geometry) -> (u64, u64, u64) {
+        let i = geo.bitmap_off;
+        let m = i + geo.inode_count.div_ceil(64) * 8;
+        let d = m + geo.meta_pages.div_ceil(64) * 8;
+        (i, m, d)
+    }
+
+    /// Load the bitmaps written at the last clean unmount.
+    pub fn load(pool: &Pool, geo: &Geometry) -> Allocator {
+        let (i, m, d) = Allocator::offsets(geo);
+        Allocator {
+            geo: *geo,
+            inodes: Bitmap::load(geo.inode_count, pool, i),
+            meta: Bitmap::load(geo.meta_pages, pool, m),
+            data: Bitmap::load(geo.data_pages, pool, d),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Write the bitmaps (at a clean unmount; the caller fences).
+    pub fn store(&self, pool: &Pool) {
+        let (i, m, d) = Allocator::offsets(&self.geo);
+        self.inodes.store(pool, i);
+        self.meta.store(pool, m);
+        self.data.store(pool, d);
+    }
+
+    pub fn alloc_inode(&mut self) -> Option<u64> {
+        self.inodes.alloc()
+    }
+
+    pub fn alloc_meta_page(&mut self) -> Option<u64> {
+        self.meta.alloc().map(|i| self.geo.meta_off + i * PAGE)
+    }
+
+    /// Up to `max` data pages, as contiguous runs where the bitmap allows.
+    pub fn alloc_data_pages(&mut self, max: u64, out: &mut Vec<u64>) {
+        let mut left = max;
+        while left > 0 {
+            let Some((start, n)) = self.data.alloc_run(left) else { break };
+            out.extend((start..start + n).map(|i| self.geo.data_off + i * PAGE));
+            left -= n;
+        }
+    }
+
+    /// Return a never-published item at once (no reader or log record can refer to it).
+    pub fn release_now(&mut self, item: Item) {
+        self.clear(item);
+    }
+
+    /// Free an item once readers pinned at `epoch` or earlier are gone and, for inodes and
+    /// metadata pages, once the checkpoint after `checkpoint` has happened.
+    pub fn retire(&mut self, item: Item, epoch: u64, checkpoint: u64) {
+        self.pending.push(Pending { item, epoch, checkpoint });
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Free what is safe: retired before `safe_epoch` and, where it matters, before the
+    /// checkpoint numbered `checkpoint`.
+    pub fn reclaim(&mut self, safe_epoch: u64, checkpoint: u64) -> usize {
+        let mut freed = Vec::new();
+        self.pending.retain(|p| {
+            let log_safe = matches!(p.item, Item::DataPage(_)) || p.checkpoint < checkpoint;
+            let ok = p.epoch < safe_epoch && log_safe;
+            if ok {
+                freed.push(p.item);
+            }
+            !ok
+        });
+        for item in &freed {
+            self.clear(*item);
+        }
+        freed.len()
+    }
+
+    fn clear(&mut self, item: Item) {
+        match item {
+            Item::Inode(i) => self.inodes.clear(i),
+            Item::MetaPage(off) => self.meta.clear(self.geo.meta_index(off)),
+            Item::DataPage(off) => self.data.clear(self.geo.data_index(off)),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitmap_alloc_and_free() {
+        let mut b = Bitmap::new(130);
+        assert_eq!(b.alloc_run(100), Some((0, 100)));
+        assert_eq!(b.alloc_run(100), Some((100, 30)));
+        assert_eq!(b.alloc(), None);
+        assert!(b.clear(5));
+        assert!(!b.clear(5));
+        assert_eq!(b.alloc(), Some(5));
+        assert_eq!(b.free(), 0);
+    }
+
+    #[test]
+    fn reclaim_waits_for_epoch_and_checkpoint() {
+        let geo = Geometry::for_size(8 << 20).unwrap();
+        let mut a = Allocator::empty(&geo);
+        let ino = a.alloc_inode().unwrap();
+        let mut pages = Vec::new();
+        a.alloc_data_pages(1, &mut pages);
+        a.retire(Item::Inode(ino), 5, 0);
+        a.retire(Item::DataPage(pages[0]), 5, 0);
+        assert_eq!(a.reclaim(5, 0), 0);
+        assert_eq!(a.reclaim(6, 0), 1, "data page needs only the epoch");
+        assert_eq!(a.reclaim(6, 1), 1, "inode also needs a checkpoint");
+        assert_eq!(a.pending(), 0);
+    }
+
+    #[test]
+    fn store_and_load_round_trip() {
+        let geo = Geometry::for_size(8 << 20).unwrap();
+        let pool = Pool::anonymous(8 << 20).unwrap();
+        let mut a = Allocator::empty(&geo);
+        a.alloc_inode();
+        a.alloc_meta_page();
+        let mut v = Vec::new();
+        a.alloc_data_pages(70, &mut v);
+        a.store(&pool);
+        let b = Allocator::load(&pool, &geo);
+        assert_eq!(b.inodes.used(), 2);
+        assert_eq!(b.meta.used(), 1);
+        assert_eq!(b.data.used(), 70);
+    }
+}

@@ -1,0 +1,433 @@
+//! Directories: a hash trie of 4 KiB pages with 64-byte, cache-line aligned dentries.
+//!
+//! The inode's root word is 0 (empty), a leaf page tagged with bit 0, or an inner node page.
+//! An inner node at depth d has 512 slots indexed by 9 bits of the name's 63-bit hash (most
+//! significant first, so trie order is hash order and readdir cursors are hashes). A leaf may
+//! be referenced by a contiguous range of slots of its parent; splitting halves the range, or
+//! pushes a new node one level down once the range is a single slot.
+//!
+//! Leaf page: line 0 holds one fingerprint byte per slot (0 free, 0xFF continuation of a long
+//! name, else 1..=0xFE derived from the hash); lines 1..=63 hold dentries:
+//! hash u64 | ino u64 | name_len u8 | file type u8 | name[46], and continuation lines hold 64
+//! more name bytes each. A dentry line is written while unpublished and never changed after;
+//! publishing and removing are single logged fingerprint stores.
+
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, PAGE};
+use crate::oplog::Entry;
+use engram_pmem::Pool;
+
+pub const LEAF_TAG: u64 = 1;
+pub const SLOTS: u64 = 63;
+const FANOUT: u64 = 512;
+const BITS: u32 = 9;
+pub const MAX_DEPTH: u32 = 6;
+const INLINE_NAME: usize = 46;
+const FP_CONT: u8 = 0xFF;
+pub const NAME_MAX: usize = 255;
+
+/// 63-bit FNV-1a with a splitmix finaliser; never 0 or 1 (readdir cursors for "." and "..").
+pub fn name_hash(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    (h >> 1).max(2)
+}
+
+fn fingerprint(hash: u64) -> u8 {
+    1 + (hash % 254) as u8
+}
+
+fn slot_index(hash: u64, depth: u32) -> u64 {
+    (hash >> (63 - BITS * (depth + 1))) & (FANOUT - 1)
+}
+
+pub fn slots_for(name_len: usize) -> u64 {
+    1 + name_len.saturating_sub(INLINE_NAME).div_ceil(64) as u64
+}
+
+fn is_leaf(ptr: u64) -> bool {
+    ptr & LEAF_TAG != 0
+}
+
+fn untag(ptr: u64) -> u64 {
+    ptr & !LEAF_TAG
+}
+
+/// One directory entry as read from a leaf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dentry {
+    pub hash: u64,
+    pub ino: u64,
+    pub ftype: u8,
+    pub name: Vec<u8>,
+    pub leaf: u64,
+    pub slot: u64,
+}
+
+impl Dentry {
+    pub fn nslots(&self) -> u64 {
+        slots_for(self.name.len())
+    }
+}
+
+fn check_meta(geo: &Geometry, ptr: u64) -> Result<u64> {
+    let p = untag(ptr);
+    if geo.is_meta_page(p) {
+        Ok(p)
+    } else {
+        Err(Error::corrupt(format!("directory points outside the metadata area ({ptr:#x})")))
+    }
+}
+
+/// Read the dentry at `slot` if its fingerprint says one starts there. Garbage (possible
+/// while racing the server, or in a corrupt pool) is reported as None, never a panic.
+fn read_slot(pool: &Pool, leaf: u64, slot: u64) -> Option<Dentry> {
+    let fp = pool.load_u8(leaf + slot - 1);
+    if fp == 0 || fp == FP_CONT {
+        return None;
+    }
+    let line = pool.slice(leaf + slot * 64, 64);
+    let hash = u64::from_le_bytes(line[0..8].try_into().unwrap());
+    let ino = u64::from_le_bytes(line[8..16].try_into().unwrap());
+    let len = line[16] as usize;
+    let ftype = line[17];
+    if len == 0 || slot + slots_for(len) - 1 > SLOTS {
+        return None;
+    }
+    let mut name = Vec::with_capacity(len);
+    name.extend_from_slice(&line[18..18 + len.min(INLINE_NAME)]);
+    if len > INLINE_NAME {
+        name.extend_from_slice(pool.slice(leaf + (slot + 1) * 64, (len - INLINE_NAME) as u64));
+    }
+    Some(Dentry { hash, ino, ftype, name, leaf, slot })
+}
+
+fn leaf_entries(pool: &Pool, leaf: u64) -> Vec<Dentry> {
+    (1..=SLOTS).filter_map(|s| read_slot(pool, leaf, s)).collect()
+}
+
+/// Find `name` in the directory whose root word is `root`.
+pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Dentry>> {
+    if root == 0 {
+        return Ok(None);
+    }
+    let hash = name_hash(name);
+    let leaf = find_leaf(pool, geo, root, hash)?.leaf;
+    let fp = fingerprint(hash);
+    let header = pool.slice(leaf, SLOTS);
+    for (i, &b) in header.iter().enumerate() {
+        if b != fp {
+            continue;
+        }
+        if let Some(d) = read_slot(pool, leaf, i as u64 + 1)
+            && d.hash == hash
+            && d.name == name
+        {
+            return Ok(Some(d));
+        }
+    }
+    Ok(None)
+}
+
+/// Where a leaf hangs: the inode's root word, or a slot range of an inner node.
+#[derive(Clone, Copy, Debug)]
+pub enum Parent {
+    Root,
+    Node { node: u64, depth: u32, lo: u64, hi: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LeafLoc {
+    pub leaf: u64,
+    pub parent: Parent,
+}
+
+fn find_leaf(pool: &Pool, geo: &Geometry, root: u64, hash: u64) -> Result<LeafLoc> {
+    let mut ptr = root;
+    let mut parent = Parent::Root;
+    let mut depth = 0;
+    loop {
+        let page = check_meta(geo, ptr)?;
+        if is_leaf(ptr) {
+            return Ok(LeafLoc { leaf: page, parent });
+        }
+        if depth > MAX_DEPTH {
+            return Err(Error::corrupt("directory trie deeper than the hash allows"));
+        }
+        let idx = slot_index(hash, depth);
+        let child = pool.load_u64(page + idx * 8);
+        if child == 0 {
+            return Err(Error::corrupt("directory trie has an empty slot"));
+        }
+        let (mut lo, mut hi) = (idx, idx);
+        while lo > 0 && pool.load_u64(page + (lo - 1) * 8) == child {
+            lo -= 1;
+        }
+        while hi + 1 < FANOUT && pool.load_u64(page + (hi + 1) * 8) == child {
+            hi += 1;
+        }
+        parent = Parent::Node { node: page, depth, lo, hi };
+        ptr = child;
+        depth += 1;
+    }
+}
+
+/// Entries with a hash above `cursor`, from the first leaf in trie order that has any,
+/// sorted by hash (entries with equal hashes always come in the same batch).
+pub fn next_batch(pool: &Pool, geo: &Geometry, root: u64, cursor: u64) -> Result<Vec<Dentry>> {
+    if root == 0 {
+        return Ok(Vec::new());
+    }
+    Ok(visit(pool, geo, root, 0, cursor)?.unwrap_or_default())
+}
+
+fn visit(pool: &Pool, geo: &Geometry, ptr: u64, depth: u32, cursor: u64) -> Result<Option<Vec<Dentry>>> {
+    let page = check_meta(geo, ptr)?;
+    if is_leaf(ptr) {
+        let mut v: Vec<Dentry> = leaf_entries(pool, page).into_iter().filter(|d| d.hash > cursor).collect();
+        v.sort_by(|a, b| a.hash.cmp(&b.hash).then_with(|| a.name.cmp(&b.name)));
+        return Ok((!v.is_empty()).then_some(v));
+    }
+    if depth > MAX_DEPTH {
+        return Err(Error::corrupt("directory trie deeper than the hash allows"));
+    }
+    let mut prev = 0;
+    for i in slot_index(cursor, depth)..FANOUT {
+        let child = pool.load_u64(page + i * 8);
+        if child == 0 || child == prev {
+            continue;
+        }
+        prev = child;
+        if let Some(v) = visit(pool, geo, child, depth + 1, cursor)? {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
+}
+
+/// Visit every page of the trie (nodes and leaves, each once) and every dentry.
+pub fn walk(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    page_fn: &mut dyn FnMut(u64),
+    entry_fn: &mut dyn FnMut(&Dentry),
+) -> Result<()> {
+    if root != 0 {
+        walk_ptr(pool, geo, root, 0, page_fn, entry_fn)?;
+    }
+    Ok(())
+}
+
+fn walk_ptr(
+    pool: &Pool,
+    geo: &Geometry,
+    ptr: u64,
+    depth: u32,
+    page_fn: &mut dyn FnMut(u64),
+    entry_fn: &mut dyn FnMut(&Dentry),
+) -> Result<()> {
+    let page = check_meta(geo, ptr)?;
+    page_fn(page);
+    if is_leaf(ptr) {
+        for d in leaf_entries(pool, page) {
+            entry_fn(&d);
+        }
+        return Ok(());
+    }
+    if depth > MAX_DEPTH {
+        return Err(Error::corrupt("directory trie deeper than the hash allows"));
+    }
+    let mut prev = 0;
+    for i in 0..FANOUT {
+        let child = pool.load_u64(page + i * 8);
+        if child == 0 {
+            return Err(Error::corrupt(format!("directory node {page:#x} has an empty slot {i}")));
+        }
+        if child != prev {
+            walk_ptr(pool, geo, child, depth + 1, page_fn, entry_fn)?;
+        }
+        prev = child;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- server side (writers)
+
+/// Encode a dentry (and its continuation lines) into `lines`, which is `slots_for(len)` lines.
+fn encode_dentry(hash: u64, ino: u64, ftype: u8, name: &[u8], lines: &mut [u8]) {
+    lines.fill(0);
+    lines[0..8].copy_from_slice(&hash.to_le_bytes());
+    lines[8..16].copy_from_slice(&ino.to_le_bytes());
+    lines[16] = name.len() as u8;
+    lines[17] = ftype;
+    let first = name.len().min(INLINE_NAME);
+    lines[18..18 + first].copy_from_slice(&name[..first]);
+    lines[64..64 + name.len() - first].copy_from_slice(&name[first..]);
+}
+
+fn fp_run(hash: u64, k: u64) -> Vec<u8> {
+    let mut v = vec![FP_CONT; k as usize];
+    v[0] = fingerprint(hash);
+    v
+}
+
+/// Where a new entry of `k` slots can go, or which leaf must be split first.
+pub enum Space {
+    /// The directory has no pages yet.
+    Empty,
+    Free { leaf: u64, slot: u64 },
+    Full(LeafLoc),
+}
+
+pub fn find_space(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Space> {
+    if root == 0 {
+        return Ok(Space::Empty);
+    }
+    let k = slots_for(name.len());
+    let loc = find_leaf(pool, geo, root, name_hash(name))?;
+    let header = pool.slice(loc.leaf, SLOTS);
+    let mut run = 0;
+    for (i, &b) in header.iter().enumerate() {
+        run = if b == 0 { run + 1 } else { 0 };
+        if run == k {
+            return Ok(Space::Free { leaf: loc.leaf, slot: i as u64 + 2 - k });
+        }
+    }
+    Ok(Space::Full(loc))
+}
+
+/// Write an unpublished dentry into free slots of a reachable leaf (flushed, not fenced) and
+/// return the logged store that publishes it.
+pub fn stage_entry(pool: &Pool, leaf: u64, slot: u64, name: &[u8], ino: u64, ftype: u8) -> Entry {
+    let hash = name_hash(name);
+    let k = slots_for(name.len());
+    let mut lines = vec![0u8; (k * 64) as usize];
+    encode_dentry(hash, ino, ftype, name, &mut lines);
+    pool.write(leaf + slot * 64, &lines);
+    pool.flush(leaf + slot * 64, k * 64);
+    Entry::Bytes { off: leaf + slot - 1, data: fp_run(hash, k) }
+}
+
+/// The logged store that removes a published entry.
+pub fn remove_entry(d: &Dentry) -> Entry {
+    Entry::Bytes { off: d.leaf + d.slot - 1, data: vec![0; d.nslots() as usize] }
+}
+
+/// Build a fresh leaf page image holding `entries` packed from slot 1.
+fn leaf_image(entries: &[&Dentry]) -> Vec<u8> {
+    let mut img = vec![0u8; PAGE as usize];
+    let mut slot = 1u64;
+    for d in entries {
+        let k = d.nslots();
+        let at = (slot * 64) as usize;
+        encode_dentry(d.hash, d.ino, d.ftype, &d.name, &mut img[at..at + (k * 64) as usize]);
+        img[(slot - 1) as usize..(slot - 1 + k) as usize].copy_from_slice(&fp_run(d.hash, k));
+        slot += k;
+    }
+    img
+}
+
+/// Fill a fresh, unreachable leaf with one entry (for the first entry of a directory).
+pub fn init_first_leaf(pool: &Pool, page: u64, name: &[u8], ino: u64, ftype: u8) {
+    let d = Dentry { hash: name_hash(name), ino, ftype, name: name.to_vec(), leaf: 0, slot: 0 };
+    pool.copy_nt(page, &leaf_image(&[&d]));
+}
+
+/// A planned split: the fresh pages are written and flushed; `publish` makes them reachable.
+pub struct Split {
+    pub publish: Vec<Entry>,
+    pub new_pages: Vec<u64>,
+    pub old_leaf: u64,
+}
+
+/// Split the full leaf at `loc` using pages from `alloc_page` (two or three of them).
+/// `root_field` is the address of the directory inode's root word.
+pub fn split(
+    pool: &Pool,
+    loc: LeafLoc,
+    root_field: u64,
+    alloc_page: &mut dyn FnMut() -> Result<u64>,
+) -> Result<Split> {
+    let entries = leaf_entries(pool, loc.leaf);
+    let mut new_pages = Vec::new();
+    let mut take = |new_pages: &mut Vec<u64>| -> Result<u64> {
+        let p = alloc_page()?;
+        new_pages.push(p);
+        Ok(p)
+    };
+    // Distribute by the slot index at `depth`: below `mid` to A, the rest to B.
+    let (depth, lo, hi, new_node) = match loc.parent {
+        Parent::Root => (0, 0, FANOUT - 1, true),
+        Parent::Node { depth, lo, hi, .. } if lo == hi => {
+            if depth + 1 > MAX_DEPTH {
+                return Err(Error::with_msg(libc::ENOSPC, "directory hash bucket is full"));
+            }
+            (depth + 1, 0, FANOUT - 1, true)
+        }
+        Parent::Node { depth, lo, hi, .. } => (depth, lo, hi, false),
+    };
+    let mid = (lo + hi + 1) / 2;
+    let (a, b): (Vec<&Dentry>, Vec<&Dentry>) = entries.iter().partition(|d| slot_index(d.hash, depth) < mid);
+    let leaf_a = take(&mut new_pages)?;
+    let leaf_b = take(&mut new_pages)?;
+    pool.copy_nt(leaf_a, &leaf_image(&a));
+    pool.copy_nt(leaf_b, &leaf_image(&b));
+    let (ta, tb) = (leaf_a | LEAF_TAG, leaf_b | LEAF_TAG);
+    let publish = if new_node {
+        let node = take(&mut new_pages)?;
+        let mut img = vec![0u8; PAGE as usize];
+        for i in 0..FANOUT {
+            let v = if i < mid { ta } else { tb };
+            img[(i * 8) as usize..(i * 8 + 8) as usize].copy_from_slice(&v.to_le_bytes());
+        }
+        pool.copy_nt(node, &img);
+        let at = match loc.parent {
+            Parent::Root => root_field,
+            Parent::Node { node: parent, lo, .. } => parent + lo * 8,
+        };
+        vec![Entry::set64(at, node)]
+    } else {
+        let Parent::Node { node, .. } = loc.parent else { unreachable!() };
+        vec![
+            Entry::Seq { off: node + lo * 8, count: mid - lo, start: ta, step: 0 },
+            Entry::Seq { off: node + mid * 8, count: hi + 1 - mid, start: tb, step: 0 },
+        ]
+    };
+    Ok(Split { publish, new_pages, old_leaf: loc.leaf })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_avoid_cursor_values_and_spread() {
+        assert!(name_hash(b"") >= 2);
+        assert_ne!(name_hash(b"a"), name_hash(b"b"));
+        assert_eq!(slots_for(1), 1);
+        assert_eq!(slots_for(46), 1);
+        assert_eq!(slots_for(47), 2);
+        assert_eq!(slots_for(255), 5);
+    }
+
+    #[test]
+    fn dentry_round_trip_long_name() {
+        let pool = Pool::anonymous(8 << 20).unwrap();
+        let geo = Geometry::for_size(8 << 20).unwrap();
+        let leaf = geo.meta_off;
+        let name = vec![b'x'; 200];
+        init_first_leaf(&pool, leaf, &name, 42, 8);
+        let d = lookup(&pool, &geo, leaf | LEAF_TAG, &name).unwrap().unwrap();
+        assert_eq!((d.ino, d.ftype, d.name.len()), (42, 8, 200));
+        assert!(lookup(&pool, &geo, leaf | LEAF_TAG, b"y").unwrap().is_none());
+    }
+}

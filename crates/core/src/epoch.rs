@@ -1,0 +1,165 @@
+//! Lock-free reader support: epochs (when may a freed page be reused?) and per-inode
+//! sequence counters (did the inode change while I read it?).
+//!
+//! Both live in DRAM here; they are plain arrays of atomics so that the daemon can place them
+//! in shared memory for clients of other processes.
+
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+/// A zero-initialised array of atomics that only touches memory on first use.
+fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
+    let v = vec![0u64; n];
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: AtomicU64 has the same size, alignment and bit validity as u64, and the vector's
+    // allocation is handed over whole (pointer, length, capacity) exactly once.
+    let v = unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut AtomicU64, v.len(), v.capacity()) };
+    v.into_boxed_slice()
+}
+
+/// Epoch-based reclamation: a global epoch and one slot per concurrently pinned reader.
+pub struct Epochs {
+    global: AtomicU64,
+    slots: Box<[AtomicU64]>,
+}
+
+/// While held, nothing retired at or after the pinned epoch is reused.
+pub struct Guard<'a> {
+    slot: &'a AtomicU64,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.slot.store(0, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static SLOT_HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+impl Epochs {
+    pub fn new(slots: usize) -> Epochs {
+        Epochs { global: AtomicU64::new(1), slots: zeroed_atomics(slots) }
+    }
+
+    /// Pin the current epoch for the duration of a read.
+    pub fn pin(&self) -> Guard<'_> {
+        let n = self.slots.len();
+        let mut i = SLOT_HINT.with(|h| h.get());
+        if i >= n {
+            i = (thread_id_hash() as usize) % n;
+        }
+        loop {
+            for k in 0..n {
+                let idx = (i + k) % n;
+                let e = self.global.load(Ordering::SeqCst);
+                let slot = &self.slots[idx];
+                if slot.compare_exchange(0, e, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+                    // Publish the pin before reading any pool pointer.
+                    fence(Ordering::SeqCst);
+                    SLOT_HINT.with(|h| h.set(idx));
+                    return Guard { slot };
+                }
+            }
+            std::thread::yield_now();
+            i = 0;
+        }
+    }
+
+    /// Tag for items being retired now: readers pinned at this epoch or earlier may still
+    /// hold them. Later pins see the items already unlinked.
+    pub fn retire_tag(&self) -> u64 {
+        fence(Ordering::SeqCst);
+        self.global.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Items retired with a tag below this value can be reused.
+    pub fn safe_epoch(&self) -> u64 {
+        fence(Ordering::SeqCst);
+        let mut min = self.global.load(Ordering::SeqCst);
+        for s in self.slots.iter() {
+            let v = s.load(Ordering::SeqCst);
+            if v != 0 && v < min {
+                min = v;
+            }
+        }
+        min
+    }
+}
+
+fn thread_id_hash() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::thread::current().id().hash(&mut h);
+    h.finish()
+}
+
+/// Per-inode sequence counters: odd while the server updates the inode or what it points to.
+pub struct SeqTable {
+    seqs: Box<[AtomicU64]>,
+}
+
+impl SeqTable {
+    pub fn new(inodes: u64) -> SeqTable {
+        SeqTable { seqs: zeroed_atomics(inodes as usize) }
+    }
+
+    /// Wait for a stable (even) value and return it.
+    pub fn read_begin(&self, ino: u64) -> u64 {
+        let s = &self.seqs[ino as usize];
+        let mut spins = 0u32;
+        loop {
+            let v = s.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                return v;
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// True if what was read since `read_begin` returned `v` is consistent.
+    pub fn read_ok(&self, ino: u64, v: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.seqs[ino as usize].load(Ordering::Relaxed) == v
+    }
+
+    pub fn write_begin(&self, ino: u64) {
+        self.seqs[ino as usize].fetch_add(1, Ordering::AcqRel);
+        fence(Ordering::Release);
+    }
+
+    pub fn write_end(&self, ino: u64) {
+        self.seqs[ino as usize].fetch_add(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_reader_holds_back_reclamation() {
+        let e = Epochs::new(4);
+        let g = e.pin();
+        let tag = e.retire_tag();
+        assert!(e.safe_epoch() <= tag, "a reader pinned before retirement blocks reuse");
+        drop(g);
+        assert!(e.safe_epoch() > tag);
+    }
+
+    #[test]
+    fn seq_detects_concurrent_write() {
+        let s = SeqTable::new(4);
+        let v = s.read_begin(2);
+        s.write_begin(2);
+        s.write_end(2);
+        assert!(!s.read_ok(2, v));
+        let v = s.read_begin(2);
+        assert!(s.read_ok(2, v));
+    }
+}

@@ -1,0 +1,88 @@
+//! Errors: every failure carries the errno a POSIX caller would see, and a sentence for humans.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io;
+
+/// An EngramFS error: an errno plus an optional explanation.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error {
+    errno: i32,
+    msg: Option<Cow<'static, str>>,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub const fn from_errno(errno: i32) -> Error {
+        Error { errno, msg: None }
+    }
+
+    pub fn with_msg(errno: i32, msg: impl Into<Cow<'static, str>>) -> Error {
+        Error {
+            errno,
+            msg: Some(msg.into()),
+        }
+    }
+
+    /// A pool that cannot be used: corrupt, foreign or truncated.
+    pub fn corrupt(msg: impl Into<Cow<'static, str>>) -> Error {
+        Error::with_msg(libc::EUCLEAN, msg)
+    }
+
+    pub fn errno(&self) -> i32 {
+        self.errno
+    }
+
+    pub fn message(&self) -> Option<&str> {
+        self.msg.as_deref()
+    }
+}
+
+macro_rules! errnos {
+    ($($name:ident),*) => {
+        impl Error {
+            $(pub const $name: Error = Error::from_errno(libc::$name);)*
+        }
+    };
+}
+errnos!(
+    ENOENT, EEXIST, ENOTDIR, EISDIR, ENOTEMPTY, EINVAL, ENAMETOOLONG, ELOOP, EACCES, EPERM, ENOSPC,
+    EBADF, EXDEV, EMLINK, EFBIG, EIO, EBUSY, ESTALE, EOPNOTSUPP, EFAULT, EROFS, ENOSYS
+);
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let os = io::Error::from_raw_os_error(self.errno);
+        match &self.msg {
+            Some(m) => write!(f, "{m} ({os})"),
+            None => write!(f, "{os}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        match e.msg {
+            None => io::Error::from_raw_os_error(e.errno),
+            Some(m) => io::Error::new(io::Error::from_raw_os_error(e.errno).kind(), m.into_owned()),
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        match e.raw_os_error() {
+            Some(n) => Error::with_msg(n, e.to_string()),
+            None => Error::with_msg(libc::EIO, e.to_string()),
+        }
+    }
+}

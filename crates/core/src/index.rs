@@ -1,0 +1,307 @@
+//! File index: a radix tree of 512-way nodes (4 KiB metadata pages) mapping page numbers to
+//! data pages. Height 0: the root is the data page of page 0 itself (small files need no
+//! node). Height h: the root node covers 512^h pages. Empty entries are holes.
+//!
+//! Readers walk it without locks and validate with the inode's sequence counter; the server
+//! changes it only through logged stores into nodes that are initialised before they are
+//! published.
+
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, PAGE};
+use crate::oplog::Entry;
+use engram_pmem::Pool;
+use std::collections::HashMap;
+
+const FANOUT: u64 = 512;
+pub const MAX_HEIGHT: u32 = 4;
+/// Largest file size the index can address.
+pub const MAX_FILE_SIZE: u64 = FANOUT.pow(MAX_HEIGHT) * PAGE;
+
+fn span(height: u32) -> u64 {
+    FANOUT.pow(height.saturating_sub(1))
+}
+
+/// Pages addressable at `height`.
+fn capacity(height: u32) -> u64 {
+    if height == 0 { 1 } else { FANOUT.pow(height) }
+}
+
+/// The height needed to address page `pgno`.
+pub fn height_for(pgno: u64) -> u32 {
+    (0..=MAX_HEIGHT).find(|&h| pgno < capacity(h)).unwrap_or(MAX_HEIGHT + 1)
+}
+
+fn node(geo: &Geometry, p: u64) -> Result<u64> {
+    if geo.is_meta_page(p) {
+        Ok(p)
+    } else {
+        Err(Error::corrupt(format!("file index node {p:#x} is outside the metadata area")))
+    }
+}
+
+fn data(geo: &Geometry, p: u64) -> Result<u64> {
+    if p == 0 || geo.is_data_page(p) {
+        Ok(p)
+    } else {
+        Err(Error::corrupt(format!("file index points to {p:#x}, outside the data area")))
+    }
+}
+
+/// The data page holding file page `pgno`, or 0 for a hole.
+pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, height: u32, pgno: u64) -> Result<u64> {
+    if root == 0 || pgno >= capacity(height) || height > MAX_HEIGHT {
+        return Ok(0);
+    }
+    let mut p = root;
+    for h in (1..=height).rev() {
+        let idx = (pgno / span(h)) % FANOUT;
+        p = pool.load_u64(node(geo, p)? + idx * 8);
+        if p == 0 {
+            return Ok(0);
+        }
+    }
+    data(geo, p)
+}
+
+/// Visit the allocated pages with page numbers in `[start, end)`, in order.
+pub fn for_each_page(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    height: u32,
+    start: u64,
+    end: u64,
+    f: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    if root == 0 || height > MAX_HEIGHT {
+        return Ok(());
+    }
+    visit(pool, geo, root, height, 0, start, end.min(capacity(height)), &mut |_| {}, f)
+}
+
+/// Visit every node and every data page of the tree.
+pub fn walk(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    height: u32,
+    node_fn: &mut dyn FnMut(u64),
+    page_fn: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    if root == 0 {
+        return Ok(());
+    }
+    if height > MAX_HEIGHT {
+        return Err(Error::corrupt(format!("file index height {height} is too large")));
+    }
+    visit(pool, geo, root, height, 0, 0, capacity(height), node_fn, page_fn)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn visit(
+    pool: &Pool,
+    geo: &Geometry,
+    p: u64,
+    height: u32,
+    base: u64,
+    start: u64,
+    end: u64,
+    node_fn: &mut dyn FnMut(u64),
+    page_fn: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    if height == 0 {
+        page_fn(base, data(geo, p)?);
+        return Ok(());
+    }
+    let n = node(geo, p)?;
+    node_fn(n);
+    let s = span(height);
+    for i in 0..FANOUT {
+        let child_base = base + i * s;
+        if child_base + s <= start || child_base >= end {
+            continue;
+        }
+        let c = pool.load_u64(n + i * 8);
+        if c != 0 {
+            visit(pool, geo, c, height - 1, child_base, start, end, node_fn, page_fn)?;
+        }
+    }
+    Ok(())
+}
+
+/// Turn single-word stores into as few log entries as possible: consecutive words whose
+/// values step by a constant (page runs, or zeros) become one `Seq`.
+pub fn coalesce(mut words: Vec<(u64, u64)>) -> Vec<Entry> {
+    words.sort_by_key(|w| w.0);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let (off, start) = words[i];
+        let mut j = i + 1;
+        let step = match words.get(j) {
+            Some(&(o, v)) if o == off + 8 => v.wrapping_sub(start),
+            _ => 0,
+        };
+        while j < words.len()
+            && words[j].0 == off + 8 * (j - i) as u64
+            && words[j].1 == start.wrapping_add(step.wrapping_mul((j - i) as u64))
+        {
+            j += 1;
+        }
+        if j - i == 1 {
+            out.push(Entry::set64(off, start));
+        } else {
+            out.push(Entry::Seq { off, count: (j - i) as u64, start, step });
+        }
+        i = j;
+    }
+    out
+}
+
+/// The result of planning an index update.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub root: u64,
+    pub height: u32,
+    /// Stores into existing or new nodes (not the inode's root/height: see `root`, `height`).
+    pub words: Vec<(u64, u64)>,
+    /// Data pages no longer referenced.
+    pub old_pages: Vec<u64>,
+    /// Nodes allocated (already zeroed and flushed).
+    pub new_nodes: Vec<u64>,
+    /// Nodes no longer referenced.
+    pub old_nodes: Vec<u64>,
+}
+
+/// Plan pointing file pages at new data pages. New nodes come from `alloc_node`, zeroed.
+pub fn plan_set(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    height: u32,
+    updates: &[(u64, u64)],
+    alloc_node: &mut dyn FnMut() -> Result<u64>,
+) -> Result<Plan> {
+    let mut plan = Plan { root, height, ..Plan::default() };
+    let max_pg = updates.iter().map(|u| u.0).max().unwrap_or(0);
+    let need = height_for(max_pg);
+    if need > MAX_HEIGHT {
+        return Err(Error::EFBIG);
+    }
+    let mut overlay: HashMap<u64, u64> = HashMap::new();
+    let mut fresh_node = |plan: &mut Plan| -> Result<u64> {
+        let n = alloc_node()?;
+        pool.zero_nt(n, PAGE);
+        plan.new_nodes.push(n);
+        Ok(n)
+    };
+    while plan.height < need {
+        if plan.root != 0 {
+            let n = fresh_node(&mut plan)?;
+            overlay.insert(n, plan.root);
+            plan.root = n;
+        }
+        plan.height += 1;
+    }
+    for &(pgno, page) in updates {
+        if plan.height == 0 {
+            if plan.root != 0 {
+                plan.old_pages.push(plan.root);
+            }
+            plan.root = page;
+            continue;
+        }
+        if plan.root == 0 {
+            plan.root = fresh_node(&mut plan)?;
+        }
+        let mut n = plan.root;
+        for h in (1..=plan.height).rev() {
+            let slot = n + ((pgno / span(h)) % FANOUT) * 8;
+            let cur = match overlay.get(&slot) {
+                Some(&v) => v,
+                None => pool.load_u64(slot),
+            };
+            if h == 1 {
+                if cur != 0 {
+                    plan.old_pages.push(data(geo, cur)?);
+                }
+                overlay.insert(slot, page);
+            } else if cur == 0 {
+                let c = fresh_node(&mut plan)?;
+                overlay.insert(slot, c);
+                n = c;
+            } else {
+                n = node(geo, cur)?;
+            }
+        }
+    }
+    plan.words = overlay.into_iter().collect();
+    Ok(plan)
+}
+
+/// Plan dropping every page at or after page number `keep`.
+pub fn plan_truncate(pool: &Pool, geo: &Geometry, root: u64, height: u32, keep: u64) -> Result<Plan> {
+    let mut plan = Plan { root, height, ..Plan::default() };
+    if root == 0 {
+        return Ok(plan);
+    }
+    if keep == 0 {
+        walk(pool, geo, root, height, &mut |n| plan.old_nodes.push(n), &mut |_, p| plan.old_pages.push(p))?;
+        plan.root = 0;
+        plan.height = 0;
+        return Ok(plan);
+    }
+    if keep >= capacity(height) {
+        return Ok(plan);
+    }
+    truncate_node(pool, geo, root, height, 0, keep, &mut plan)?;
+    Ok(plan)
+}
+
+fn truncate_node(pool: &Pool, geo: &Geometry, n: u64, height: u32, base: u64, keep: u64, plan: &mut Plan) -> Result<()> {
+    let n = node(geo, n)?;
+    let s = span(height);
+    for i in 0..FANOUT {
+        let child_base = base + i * s;
+        if child_base + s <= keep {
+            continue;
+        }
+        let c = pool.load_u64(n + i * 8);
+        if c == 0 {
+            continue;
+        }
+        if child_base >= keep {
+            plan.words.push((n + i * 8, 0));
+            if height == 1 {
+                plan.old_pages.push(data(geo, c)?);
+            } else {
+                walk(pool, geo, c, height - 1, &mut |x| plan.old_nodes.push(x), &mut |_, p| plan.old_pages.push(p))?;
+            }
+        } else {
+            truncate_node(pool, geo, c, height - 1, child_base, keep, plan)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesce_runs() {
+        let e = coalesce(vec![(16, 4096), (8, 0), (24, 8192), (32, 12288), (48, 7)]);
+        assert_eq!(
+            e,
+            vec![Entry::Seq { off: 8, count: 4, start: 0, step: 4096 }, Entry::set64(48, 7)]
+        );
+    }
+
+    #[test]
+    fn heights() {
+        assert_eq!(height_for(0), 0);
+        assert_eq!(height_for(1), 1);
+        assert_eq!(height_for(511), 1);
+        assert_eq!(height_for(512), 2);
+    }
+}

@@ -1,0 +1,119 @@
+//! Inode records: 128 bytes, two cache lines, at `inode_off + ino * 128`.
+//!
+//! Fields are read in place by clients; every change after creation goes through the log.
+
+use crate::layout::Geometry;
+use engram_pmem::Pool;
+
+pub mod field {
+    pub const MODE: u64 = 0; // u32; 0 = free slot
+    pub const NLINK: u64 = 4; // u32
+    pub const UID: u64 = 8; // u32
+    pub const GID: u64 = 12; // u32
+    pub const SIZE: u64 = 16; // u64: bytes (file), entries (dir), target length (symlink)
+    pub const ATIME: u64 = 24; // i64 ns
+    pub const MTIME: u64 = 32; // i64 ns
+    pub const CTIME: u64 = 40; // i64 ns
+    pub const ROOT: u64 = 48; // u64: file index root / directory trie root / symlink page
+    pub const HEIGHT: u64 = 56; // u32: file index height
+    pub const GENERATION: u64 = 60; // u32: bumped each time the slot is reused
+    pub const BLOCKS: u64 = 64; // u64: data pages held
+    pub const PARENT: u64 = 72; // u64: parent directory (directories only)
+    pub const INLINE: u64 = 80; // 48 bytes: short symlink target
+    pub const INLINE_LEN: u64 = 48;
+}
+
+pub const S_IFMT: u32 = libc::S_IFMT;
+pub const S_IFREG: u32 = libc::S_IFREG;
+pub const S_IFDIR: u32 = libc::S_IFDIR;
+pub const S_IFLNK: u32 = libc::S_IFLNK;
+
+/// A snapshot of an inode's fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InodeData {
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub root: u64,
+    pub height: u32,
+    pub generation: u32,
+    pub blocks: u64,
+    pub parent: u64,
+}
+
+impl InodeData {
+    pub fn is_free(&self) -> bool {
+        self.mode == 0
+    }
+    pub fn file_type(&self) -> u32 {
+        self.mode & S_IFMT
+    }
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == S_IFDIR
+    }
+    pub fn is_reg(&self) -> bool {
+        self.file_type() == S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == S_IFLNK
+    }
+
+    /// The first 80 bytes of the record (everything but the inline symlink area).
+    pub fn encode(&self) -> [u8; 80] {
+        let mut b = [0u8; 80];
+        b[0..4].copy_from_slice(&self.mode.to_le_bytes());
+        b[4..8].copy_from_slice(&self.nlink.to_le_bytes());
+        b[8..12].copy_from_slice(&self.uid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.gid.to_le_bytes());
+        b[16..24].copy_from_slice(&self.size.to_le_bytes());
+        b[24..32].copy_from_slice(&self.atime.to_le_bytes());
+        b[32..40].copy_from_slice(&self.mtime.to_le_bytes());
+        b[40..48].copy_from_slice(&self.ctime.to_le_bytes());
+        b[48..56].copy_from_slice(&self.root.to_le_bytes());
+        b[56..60].copy_from_slice(&self.height.to_le_bytes());
+        b[60..64].copy_from_slice(&self.generation.to_le_bytes());
+        b[64..72].copy_from_slice(&self.blocks.to_le_bytes());
+        b[72..80].copy_from_slice(&self.parent.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> InodeData {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        InodeData {
+            mode: u32_at(0),
+            nlink: u32_at(4),
+            uid: u32_at(8),
+            gid: u32_at(12),
+            size: u64_at(16),
+            atime: u64_at(24) as i64,
+            mtime: u64_at(32) as i64,
+            ctime: u64_at(40) as i64,
+            root: u64_at(48),
+            height: u32_at(56),
+            generation: u32_at(60),
+            blocks: u64_at(64),
+            parent: u64_at(72),
+        }
+    }
+}
+
+/// Read an inode record as it is now (callers that race with the server validate with the
+/// inode's sequence counter).
+pub fn read(pool: &Pool, geo: &Geometry, ino: u64) -> InodeData {
+    let mut b = [0u8; 80];
+    pool.read(geo.inode_addr(ino), &mut b);
+    InodeData::decode(&b)
+}
+
+/// Read the inline symlink target bytes.
+pub fn read_inline(pool: &Pool, geo: &Geometry, ino: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len.min(field::INLINE_LEN as usize)];
+    pool.read(geo.inode_addr(ino) + field::INLINE, &mut b);
+    b
+}

@@ -1,0 +1,325 @@
+//! The operation log: a circular redo log of checksummed records of physical updates.
+//!
+//! Each record lists absolute stores (never deltas) into the inode table and metadata pages,
+//! so replaying it any number of times gives the same result. A record is persisted before
+//! any of its stores is applied in place (log before apply).
+
+use crate::error::{Error, Result};
+use crate::layout::Geometry;
+use engram_pmem::Pool;
+
+const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"ELOG");
+const HEADER: usize = 32;
+const KIND_OPS: u32 = 0;
+const KIND_WRAP: u32 = 1;
+const OFF_MASK: u64 = (1 << 48) - 1;
+const TAG_SET: u64 = 1;
+const TAG_SEQ: u64 = 2;
+const TAG_BYTES: u64 = 3;
+
+/// One physical update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Store `value` (1, 2, 4 or 8 bytes wide) at `off`.
+    Set { off: u64, width: u8, value: u64 },
+    /// Store `count` u64 words at `off`, word i = `start + i * step`.
+    Seq { off: u64, count: u64, start: u64, step: u64 },
+    /// Store these bytes at `off`.
+    Bytes { off: u64, data: Vec<u8> },
+}
+
+impl Entry {
+    pub fn set64(off: u64, value: u64) -> Entry {
+        Entry::Set { off, width: 8, value }
+    }
+    pub fn set32(off: u64, value: u32) -> Entry {
+        Entry::Set { off, width: 4, value: value as u64 }
+    }
+
+    fn range(&self) -> (u64, u64) {
+        match self {
+            Entry::Set { off, width, .. } => (*off, *width as u64),
+            Entry::Seq { off, count, .. } => (*off, count * 8),
+            Entry::Bytes { off, data } => (*off, data.len() as u64),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        match self {
+            Entry::Set { .. } => 16,
+            Entry::Seq { .. } => 32,
+            Entry::Bytes { data, .. } => 16 + data.len().div_ceil(8) * 8,
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut word = |w: u64| out.extend_from_slice(&w.to_le_bytes());
+        match self {
+            Entry::Set { off, width, value } => {
+                word(off | (*width as u64) << 48 | TAG_SET << 56);
+                word(*value);
+            }
+            Entry::Seq { off, count, start, step } => {
+                word(off | TAG_SEQ << 56);
+                word(*count);
+                word(*start);
+                word(*step);
+            }
+            Entry::Bytes { off, data } => {
+                word(off | TAG_BYTES << 56);
+                word(data.len() as u64);
+                out.extend_from_slice(data);
+                out.resize(out.len().div_ceil(8) * 8, 0);
+            }
+        }
+    }
+
+    /// Decode one entry from `b`; returns it and the bytes consumed.
+    fn decode(b: &[u8]) -> Option<(Entry, usize)> {
+        let w = |i: usize| -> Option<u64> {
+            b.get(i * 8..i * 8 + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()))
+        };
+        let w0 = w(0)?;
+        let off = w0 & OFF_MASK;
+        match w0 >> 56 {
+            TAG_SET => {
+                let width = ((w0 >> 48) & 0xff) as u8;
+                if !matches!(width, 1 | 2 | 4 | 8) {
+                    return None;
+                }
+                Some((Entry::Set { off, width, value: w(1)? }, 16))
+            }
+            TAG_SEQ => Some((Entry::Seq { off, count: w(1)?, start: w(2)?, step: w(3)? }, 32)),
+            TAG_BYTES => {
+                let len = w(1)? as usize;
+                let data = b.get(16..16 + len)?.to_vec();
+                Some((Entry::Bytes { off, data }, 16 + len.div_ceil(8) * 8))
+            }
+            _ => None,
+        }
+    }
+
+    /// Perform the store and flush it (no fence).
+    pub fn apply(&self, pool: &Pool) {
+        match self {
+            Entry::Set { off, width, value } => match width {
+                1 => pool.store_u8(*off, *value as u8),
+                2 => pool.write(*off, &(*value as u16).to_le_bytes()),
+                4 => pool.store_u32(*off, *value as u32),
+                _ => pool.store_u64(*off, *value),
+            },
+            Entry::Seq { off, count, start, step } => {
+                for i in 0..*count {
+                    pool.store_u64(off + i * 8, start.wrapping_add(i.wrapping_mul(*step)));
+                }
+            }
+            Entry::Bytes { off, data } => pool.write(*off, data),
+        }
+        let (off, len) = self.range();
+        pool.flush(off, len);
+    }
+}
+
+/// Apply every entry of a record in place (flushed, not fenced).
+pub fn apply_all(pool: &Pool, entries: &[Entry]) {
+    for e in entries {
+        e.apply(pool);
+    }
+}
+
+/// The log writer: where the next record goes and how much space the records since the last
+/// checkpoint take.
+#[derive(Debug)]
+pub struct Log {
+    off: u64,
+    len: u64,
+    /// Byte offset (inside the log) of the next record.
+    tail: u64,
+    next_seq: u64,
+    /// Bytes used since the last checkpoint (records and wrap padding).
+    used: u64,
+    buf: Vec<u8>,
+}
+
+/// Where the log stands after a checkpoint: what the superblock records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogHead {
+    pub head: u64,
+    pub seq: u64,
+}
+
+impl Log {
+    pub fn new(geo: &Geometry, head: LogHead) -> Log {
+        Log { off: geo.log_off, len: geo.log_len, tail: head.head, next_seq: head.seq, used: 0, buf: Vec::new() }
+    }
+
+    /// The largest record accepted: a quarter of the log, so that a checkpoint always makes room.
+    pub fn max_record(&self) -> u64 {
+        self.len / 4
+    }
+
+    pub fn record_len(entries: &[Entry]) -> u64 {
+        let body: usize = entries.iter().map(Entry::encoded_len).sum();
+        ((HEADER + body).div_ceil(64) * 64) as u64
+    }
+
+    /// Whether a checkpoint should happen before appending a record of `len` bytes.
+    pub fn needs_checkpoint(&self, len: u64) -> bool {
+        // Room for the record, a possible wrap padding of up to one record, and a gap line.
+        self.used + 2 * len + 64 > self.len || self.used > self.len / 2
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// The head a checkpoint taken now would record: everything so far is applied.
+    pub fn checkpoint(&mut self) -> LogHead {
+        self.used = 0;
+        LogHead { head: self.tail, seq: self.next_seq }
+    }
+
+    /// Append a record and make it durable. The caller has made sure it fits
+    /// (`needs_checkpoint` false) and that everything it depends on is persisted.
+    pub fn append(&mut self, pool: &Pool, entries: &[Entry]) -> Result<()> {
+        let len = Log::record_len(entries);
+        if len > self.max_record() {
+            return Err(Error::with_msg(libc::EFBIG, "operation too large for the log"));
+        }
+        if self.tail + len > self.len {
+            let pad = self.len - self.tail;
+            self.write_record(pool, KIND_WRAP, &[], pad);
+            self.used += pad;
+            self.tail = 0;
+        }
+        self.write_record(pool, KIND_OPS, entries, len);
+        self.used += len;
+        self.tail += len;
+        pool.fence();
+        Ok(())
+    }
+
+    fn write_record(&mut self, pool: &Pool, kind: u32, entries: &[Entry], len: u64) {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        buf.extend_from_slice(&kind.to_le_bytes());
+        buf.extend_from_slice(&(len as u32).to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&self.next_seq.to_le_bytes());
+        buf.extend_from_slice(&0u64.to_le_bytes());
+        for e in entries {
+            e.encode(&mut buf);
+        }
+        // A wrap record only needs its header; the rest of the log end is left as it is.
+        let body_len = if kind == KIND_WRAP { HEADER } else { len as usize };
+        buf.resize(body_len, 0);
+        let crc = crc32c::crc32c(&buf);
+        buf[12..16].copy_from_slice(&crc.to_le_bytes());
+        let at = self.off + self.tail;
+        pool.copy_nt(at, &buf);
+        self.next_seq += 1;
+        self.buf = buf;
+    }
+}
+
+/// What replay found.
+#[derive(Debug)]
+pub struct Replayed {
+    pub records: u64,
+    /// Where the log ends: the next record goes here.
+    pub end: LogHead,
+}
+
+/// Replay every valid record from `head`, in order, applying its stores. Idempotent. A record
+/// whose checksum fails or whose sequence number is not the next one ends the log (a torn
+/// or stale record); a valid record that targets anything outside the inode table and the
+/// metadata pages is corruption and is refused.
+pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
+    let mut pos = head.head;
+    let mut seq = head.seq;
+    let mut records = 0;
+    let mut laps = 0u64;
+    loop {
+        let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) else { break };
+        if kind == KIND_WRAP {
+            pos = 0;
+            seq += 1;
+            laps += 1;
+            if laps > 2 {
+                return Err(Error::corrupt("operation log wraps more than once"));
+            }
+            continue;
+        }
+        let body = pool.slice(geo.log_off + pos + HEADER as u64, len - HEADER as u64);
+        let entries = decode_entries(body)
+            .ok_or_else(|| Error::corrupt(format!("log record {seq} has an undecodable entry")))?;
+        for e in &entries {
+            let (off, l) = e.range();
+            if off < geo.inode_off || off.checked_add(l).is_none_or(|end| end > geo.data_off) {
+                return Err(Error::corrupt(format!(
+                    "log record {seq} writes outside the metadata area (offset {off:#x})"
+                )));
+            }
+        }
+        apply_all(pool, &entries);
+        records += 1;
+        seq += 1;
+        pos += len;
+        if pos >= geo.log_len {
+            pos = 0;
+        }
+    }
+    pool.fence();
+    Ok(Replayed { records, end: LogHead { head: pos, seq } })
+}
+
+fn valid_record_at(pool: &Pool, geo: &Geometry, pos: u64, seq: u64) -> Option<(u32, u64)> {
+    if pos + HEADER as u64 > geo.log_len {
+        return None;
+    }
+    let h = pool.slice(geo.log_off + pos, HEADER as u64);
+    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
+    let magic = u32_at(0);
+    let kind = u32_at(4);
+    let len = u32_at(8) as u64;
+    let crc = u32_at(12);
+    let rseq = u64::from_le_bytes(h[16..24].try_into().unwrap());
+    if magic != RECORD_MAGIC || rseq != seq || len < HEADER as u64 || len % 64 != 0 {
+        return None;
+    }
+    if pos + len > geo.log_len || kind > KIND_WRAP {
+        return None;
+    }
+    let covered = if kind == KIND_WRAP { HEADER as u64 } else { len };
+    let mut bytes = pool.slice(geo.log_off + pos, covered).to_vec();
+    bytes[12..16].fill(0);
+    (crc32c::crc32c(&bytes) == crc).then_some((kind, len))
+}
+
+fn decode_entries(mut b: &[u8]) -> Option<Vec<Entry>> {
+    let mut out = Vec::new();
+    // Padding after the last entry is zero, which decodes as no tag.
+    while b.len() >= 16 && b[..8] != [0u8; 8] {
+        let (e, used) = Entry::decode(b)?;
+        out.push(e);
+        b = &b[used.min(b.len())..];
+    }
+    Some(out)
+}
+
+/// Every record from `head` with its sequence number, for fsck's checksum check.
+pub fn count_valid(pool: &Pool, geo: &Geometry, head: LogHead) -> u64 {
+    let mut pos = head.head;
+    let mut seq = head.seq;
+    let mut n = 0;
+    while let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) {
+        pos = if kind == KIND_WRAP { 0 } else { (pos + len) % geo.log_len };
+        seq += 1;
+        n += 1;
+        if n > geo.log_len / 64 {
+            break;
+        }
+    }
+    n
+}

@@ -1,0 +1,188 @@
+//! Cache-line write-back, store fence and non-temporal copies: the only
+//! place in EngramFS that issues these instructions.
+
+use std::arch::asm;
+use std::arch::x86_64::{
+    __cpuid, __cpuid_count, __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128,
+};
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Size of a CPU cache line in bytes: the unit of write-back.
+pub const CACHE_LINE: u64 = 64;
+
+/// The instruction used to write a cache line back to memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushKind {
+    /// `clwb`: write back, keep the line cached.
+    Clwb,
+    /// `clflushopt`: write back and invalidate, weakly ordered.
+    Clflushopt,
+    /// `clflush`: write back and invalidate, strongly ordered (always present on x86_64).
+    Clflush,
+}
+
+impl fmt::Display for FlushKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FlushKind::Clwb => "clwb",
+            FlushKind::Clflushopt => "clflushopt",
+            FlushKind::Clflush => "clflush",
+        })
+    }
+}
+
+/// 0 = not detected yet, otherwise `1 + FlushKind as u8`.
+static DETECTED: AtomicU8 = AtomicU8::new(0);
+
+/// The best flush instruction this CPU supports, detected once and cached.
+pub fn flush_kind() -> FlushKind {
+    match DETECTED.load(Ordering::Relaxed) {
+        1 => FlushKind::Clwb,
+        2 => FlushKind::Clflushopt,
+        3 => FlushKind::Clflush,
+        _ => {
+            let kind = detect();
+            DETECTED.store(kind as u8 + 1, Ordering::Relaxed);
+            kind
+        }
+    }
+}
+
+fn detect() -> FlushKind {
+    [FlushKind::Clwb, FlushKind::Clflushopt]
+        .into_iter()
+        .find(|&k| supports(k))
+        .unwrap_or(FlushKind::Clflush)
+}
+
+/// Whether the CPU implements `kind`. `std::arch::is_x86_feature_detected!`
+/// knows neither `clwb` nor `clflushopt`, so this reads CPUID leaf 7 directly
+/// (EBX bit 24 = CLWB, bit 23 = CLFLUSHOPT); `clflush` is part of x86_64.
+pub(crate) fn supports(kind: FlushKind) -> bool {
+    let bit = match kind {
+        FlushKind::Clflush => return true,
+        FlushKind::Clwb => 24,
+        FlushKind::Clflushopt => 23,
+    };
+    __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << bit) != 0
+}
+
+/// Write back the cache line containing `p` with instruction `kind`.
+///
+/// # Safety
+/// `p` must point into a mapping that stays valid for the duration of the call,
+/// and `kind` must be supported by the CPU (see [`flush_kind`]).
+#[inline]
+pub(crate) unsafe fn flush_line(kind: FlushKind, p: *const u8) {
+    // SAFETY: the caller guarantees `p` is mapped and the instruction exists;
+    // these instructions only write back cache contents and change no
+    // architectural state visible to Rust. No `nomem`: they must not be
+    // reordered with the stores they make durable.
+    unsafe {
+        match kind {
+            FlushKind::Clwb => asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+            FlushKind::Clflushopt => {
+                asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
+            FlushKind::Clflush => {
+                asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
+        }
+    }
+}
+
+/// Write back every cache line overlapping `[p, p + len)`.
+///
+/// # Safety
+/// The whole range must be mapped and `kind` supported.
+#[inline]
+pub(crate) unsafe fn flush_range(kind: FlushKind, p: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let line = CACHE_LINE as usize;
+    let start = p as usize & !(line - 1);
+    let end = p as usize + len;
+    let mut a = start;
+    while a < end {
+        // SAFETY: `a` lies in a cache line overlapping the caller's mapped
+        // range; mappings are page-granular so the whole line is mapped.
+        unsafe { flush_line(kind, a as *const u8) };
+        a += line;
+    }
+}
+
+/// Store fence: orders all earlier flushes and non-temporal stores before later stores.
+#[inline]
+pub(crate) fn sfence() {
+    // SAFETY: `sfence` has no operands and only orders memory operations.
+    unsafe { asm!("sfence", options(nostack, preserves_flags)) };
+}
+
+/// Copy `len` bytes from `src` to 64-byte aligned `dst` with non-temporal
+/// 16-byte stores. `len` must be a multiple of 64.
+///
+/// # Safety
+/// `dst` must be 64-byte aligned and valid for `len` bytes of writes, `src`
+/// valid for `len` bytes of reads, and the ranges must not overlap.
+pub(crate) unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
+    debug_assert!(
+        (dst as usize).is_multiple_of(CACHE_LINE as usize)
+            && len.is_multiple_of(CACHE_LINE as usize)
+    );
+    let mut i = 0;
+    while i < len {
+        // SAFETY: `i + 16 <= len`; `dst + i` is 16-byte aligned because `dst`
+        // is 64-byte aligned and `i` a multiple of 16; `src` may be unaligned,
+        // hence `loadu`. SSE2 is part of the x86_64 baseline.
+        unsafe {
+            let v = _mm_loadu_si128(src.add(i).cast::<__m128i>());
+            _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+        }
+        i += 16;
+    }
+}
+
+/// Zero `len` bytes at 64-byte aligned `dst` with non-temporal stores.
+///
+/// # Safety
+/// `dst` must be 64-byte aligned and valid for `len` bytes of writes; `len` a multiple of 64.
+pub(crate) unsafe fn stream_zero(dst: *mut u8, len: usize) {
+    debug_assert!(
+        (dst as usize).is_multiple_of(CACHE_LINE as usize)
+            && len.is_multiple_of(CACHE_LINE as usize)
+    );
+    let mut i = 0;
+    while i < len {
+        // SAFETY: as in `stream_copy`: in bounds and 16-byte aligned.
+        unsafe { _mm_stream_si128(dst.add(i).cast::<__m128i>(), _mm_setzero_si128()) };
+        i += 16;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_is_cached_and_named() {
+        let k = flush_kind();
+        assert_eq!(k, flush_kind());
+        assert_eq!(k, detect());
+        assert!(["clwb", "clflushopt", "clflush"].contains(&k.to_string().as_str()));
+    }
+
+    #[test]
+    fn every_supported_instruction_runs() {
+        let buf = vec![7u8; 256];
+        for kind in [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush] {
+            if supports(kind) {
+                // SAFETY: `buf` is live and `kind` is supported by this CPU.
+                unsafe { flush_range(kind, buf.as_ptr().add(3), 200) };
+            }
+        }
+        sfence();
+        assert!(buf.iter().all(|&b| b == 7));
+    }
+}

@@ -1,0 +1,173 @@
+//! Mapping a pool into memory and detecting how durability is achieved.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr;
+
+/// Page size assumed for pool sizes and protection ranges (x86_64).
+pub(crate) const PAGE: u64 = 4096;
+
+/// How durability is achieved for a mapping, detected at open (like libpmem2's granularity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Media {
+    /// DAX file or device mapped with `MAP_SYNC`: cache-line flushes make data durable.
+    Dax,
+    /// File on tmpfs: emulated PM, same instructions, contents lost on reboot.
+    Tmpfs,
+    /// Ordinary page-cache file: durability through `msync` of the touched pages.
+    File,
+    /// Anonymous memory (tests, crash harness): never durable.
+    Memory,
+}
+
+impl fmt::Display for Media {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Media::Dax => "DAX (MAP_SYNC, cache-line flushes)",
+            Media::Tmpfs => "tmpfs (emulated PM: cache-line flushes, lost on reboot)",
+            Media::File => "ordinary file (msync of touched pages)",
+            Media::Memory => "anonymous memory",
+        })
+    }
+}
+
+/// An owned memory mapping; unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: *mut u8,
+    /// Length actually mapped (a multiple of the page size).
+    map_len: usize,
+}
+
+// SAFETY: `Mapping` owns its address range exclusively (nothing else unmaps
+// it); the raw pointer is just an address, and all access through it goes via
+// `Pool`, whose methods are designed for concurrent use.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only exposes the address.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`map_len` describe a mapping this value created and
+        // still owns; no reference into it outlives the owning `Pool`.
+        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+    }
+}
+
+/// Reject sizes that are zero, not page multiples, or too large for the address space.
+pub(crate) fn check_pool_size(size: u64) -> Result<usize, String> {
+    if size == 0 || !size.is_multiple_of(PAGE) {
+        return Err(format!(
+            "pool size {size} is invalid: a pool must be a non-zero multiple of {PAGE} bytes"
+        ));
+    }
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s <= isize::MAX as usize)
+        .ok_or_else(|| format!("pool size {size} does not fit in the address space"))
+}
+
+fn mmap(fd: libc::c_int, len: usize, flags: libc::c_int) -> io::Result<*mut u8> {
+    // SAFETY: a fresh mapping at a kernel-chosen address touches no existing
+    // memory; the result is checked against MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+/// Map `len` bytes of `file` shared and detect the media: `MAP_SYNC` first,
+/// then plain `MAP_SHARED` with tmpfs told apart from ordinary files by `fstatfs`.
+pub(crate) fn map_file(file: &File, len: usize) -> io::Result<(Mapping, Media)> {
+    let fd = file.as_raw_fd();
+    match mmap(fd, len, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC) {
+        Ok(ptr) => return Ok((Mapping { ptr, map_len: len }, Media::Dax)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {}
+        Err(e) => return Err(e),
+    }
+    let ptr = mmap(fd, len, libc::MAP_SHARED)?;
+    let mapping = Mapping { ptr, map_len: len };
+    let media = if is_tmpfs(file)? {
+        Media::Tmpfs
+    } else {
+        Media::File
+    };
+    Ok((mapping, media))
+}
+
+/// Whether `file` lives on tmpfs.
+pub(crate) fn is_tmpfs(file: &File) -> io::Result<bool> {
+    // SAFETY: `statfs` is plain old data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the duration of the call and `st` is a valid out-pointer.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_type == libc::TMPFS_MAGIC)
+}
+
+/// Private anonymous zeroed memory of at least `len` bytes (rounded up to pages).
+pub(crate) fn map_anonymous(len: usize) -> io::Result<Mapping> {
+    let map_len = len
+        .checked_next_multiple_of(PAGE as usize)
+        .filter(|&l| l != 0 && l <= isize::MAX as usize)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("anonymous pool size {len} is invalid: it must be non-zero"),
+            )
+        })?;
+    let ptr = mmap(-1, map_len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS)?;
+    Ok(Mapping { ptr, map_len })
+}
+
+/// Give `file` (just truncated to 0) `size` bytes, reserving the space where
+/// the file system can so that a full tmpfs or disk is reported here rather
+/// than as SIGBUS on first touch.
+pub(crate) fn allocate(file: &File, size: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pool size too large"))?;
+    // SAFETY: plain system call on an open descriptor.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => file.set_len(size),
+        Some(libc::ENOSPC) => Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("not enough free space for a pool of {size} bytes"),
+        )),
+        _ => Err(e),
+    }
+}
+
+/// `mprotect` `[ptr, ptr + len)` (page aligned) to `prot`.
+pub(crate) fn protect(ptr: *mut u8, len: usize, prot: libc::c_int) -> io::Result<()> {
+    // SAFETY: the caller passes a page-aligned range inside a mapping it owns;
+    // changing protection does not invalidate Rust references (readers keep
+    // working; stores to a read-only range fault, which the caller opted into).
+    if unsafe { libc::mprotect(ptr.cast(), len, prot) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,540 @@
+//! `Pool`: a mapped persistent-memory pool with bounds-checked loads, stores,
+//! flushes and fences.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use crate::flush::{self, CACHE_LINE, FlushKind};
+use crate::map::{self, Mapping, Media, PAGE};
+use crate::record::{Event, Recorder, Recording};
+use crate::sync::DirtyPages;
+
+/// Copies shorter than this use ordinary stores plus flushes instead of non-temporal stores.
+const NT_THRESHOLD: usize = 256;
+
+/// A mapped pool. Offsets are byte offsets from the pool base; an offset out
+/// of range is a bug in the caller and panics with a clear message.
+pub struct Pool {
+    map: Mapping,
+    len: u64,
+    media: Media,
+    kind: FlushKind,
+    path: Option<PathBuf>,
+    file: Option<File>,
+    dirty: DirtyPages,
+    rec: Recorder,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("len", &self.len)
+            .field("media", &self.media)
+            .field("flush", &self.kind)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain system call on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "pool is in use by another process",
+        ))
+    } else {
+        Err(e)
+    }
+}
+
+impl Pool {
+    fn new(
+        map: Mapping,
+        len: u64,
+        media: Media,
+        path: Option<PathBuf>,
+        file: Option<File>,
+    ) -> Pool {
+        Pool {
+            map,
+            len,
+            media,
+            kind: flush::flush_kind(),
+            path,
+            file,
+            dirty: DirtyPages::default(),
+            rec: Recorder::default(),
+        }
+    }
+
+    /// Create (or truncate and resize) the file at `path` to `size` bytes and
+    /// map it shared. `size` must be a non-zero multiple of 4096. Space is
+    /// reserved up front where the file system supports it. Refuses to
+    /// truncate a pool file another process holds a lock on.
+    pub fn create(path: &Path, size: u64) -> io::Result<Pool> {
+        let len = map::check_pool_size(size).map_err(invalid)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| with_path(e, "cannot create pool file", path))?;
+        flock(&file, libc::LOCK_EX | libc::LOCK_NB)
+            .map_err(|e| with_path(e, "cannot create pool file", path))?;
+        let sized = file.set_len(0).and_then(|()| map::allocate(&file, size));
+        flock(&file, libc::LOCK_UN)?;
+        sized.map_err(|e| with_path(e, "cannot size pool file", path))?;
+        let (map, media) =
+            map::map_file(&file, len).map_err(|e| with_path(e, "cannot map pool file", path))?;
+        Ok(Pool::new(
+            map,
+            size,
+            media,
+            Some(path.to_path_buf()),
+            Some(file),
+        ))
+    }
+
+    /// Map an existing pool file read/write; its length is the pool size and
+    /// must be a non-zero multiple of 4096.
+    pub fn open(path: &Path) -> io::Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| with_path(e, "cannot open pool file", path))?;
+        let size = file
+            .metadata()
+            .map_err(|e| with_path(e, "cannot stat pool file", path))?
+            .len();
+        let len = map::check_pool_size(size)
+            .map_err(|m| invalid(format!("pool file {}: {m}", path.display())))?;
+        let (map, media) =
+            map::map_file(&file, len).map_err(|e| with_path(e, "cannot map pool file", path))?;
+        Ok(Pool::new(
+            map,
+            size,
+            media,
+            Some(path.to_path_buf()),
+            Some(file),
+        ))
+    }
+
+    /// Zeroed private anonymous memory of `size` (non-zero) bytes. Flushes and
+    /// fences are the real instructions.
+    pub fn anonymous(size: u64) -> io::Result<Pool> {
+        let len = usize::try_from(size)
+            .map_err(|_| invalid(format!("anonymous pool size {size} is too large")))?;
+        let map = map::map_anonymous(len)?;
+        Ok(Pool::new(map, size, Media::Memory, None, None))
+    }
+
+    /// Anonymous memory initialised with a copy of `image` (non-empty).
+    pub fn from_image(image: &[u8]) -> io::Result<Pool> {
+        let pool = Pool::anonymous(image.len() as u64)?;
+        pool.write(0, image);
+        Ok(pool)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn media(&self) -> Media {
+        self.media
+    }
+
+    /// The flush instruction this pool uses.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.kind
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr()
+    }
+
+    /// Take an exclusive `flock` on the backing file without blocking. Fails
+    /// with `WouldBlock` ("pool is in use by another process") if another open
+    /// of the file holds a lock. Always succeeds for anonymous pools.
+    pub fn try_lock_exclusive(&self) -> io::Result<()> {
+        self.file
+            .as_ref()
+            .map_or(Ok(()), |f| flock(f, libc::LOCK_EX | libc::LOCK_NB))
+    }
+
+    /// Take a shared `flock` on the backing file without blocking.
+    pub fn try_lock_shared(&self) -> io::Result<()> {
+        self.file
+            .as_ref()
+            .map_or(Ok(()), |f| flock(f, libc::LOCK_SH | libc::LOCK_NB))
+    }
+
+    /// Release a lock taken with `try_lock_*` (also released on drop).
+    pub fn unlock(&self) -> io::Result<()> {
+        self.file
+            .as_ref()
+            .map_or(Ok(()), |f| flock(f, libc::LOCK_UN))
+    }
+
+    fn protect(&self, off: u64, len: u64, prot: libc::c_int) -> io::Result<()> {
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= self.len.next_multiple_of(PAGE));
+        if !off.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || end.is_none() {
+            return Err(invalid(format!(
+                "cannot protect {len} bytes at offset {off}: range must be page aligned and inside the pool of {} bytes",
+                self.len
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        map::protect(self.at(off), len as usize, prot)
+    }
+
+    /// Make a page-aligned range read-only (stores to it then fault).
+    pub fn protect_read_only(&self, off: u64, len: u64) -> io::Result<()> {
+        self.protect(off, len, libc::PROT_READ)
+    }
+
+    /// Make a page-aligned range writable again.
+    pub fn protect_read_write(&self, off: u64, len: u64) -> io::Result<()> {
+        self.protect(off, len, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    // ---- bounds checks and addresses ----
+
+    #[track_caller]
+    #[inline]
+    fn check(&self, off: u64, len: u64, what: &str) {
+        let ok = off.checked_add(len).is_some_and(|end| end <= self.len);
+        if !ok {
+            panic!(
+                "engram-pmem: {what} of {len} bytes at offset {off} is outside the pool of {} bytes",
+                self.len
+            );
+        }
+    }
+
+    #[track_caller]
+    #[inline]
+    fn check_aligned(&self, off: u64, size: u64, what: &str) {
+        self.check(off, size, what);
+        if !off.is_multiple_of(size) {
+            panic!("engram-pmem: {what} at offset {off} is not {size}-byte aligned");
+        }
+    }
+
+    /// Address of `off`; only call after a bounds check.
+    #[inline]
+    fn at(&self, off: u64) -> *mut u8 {
+        self.map.ptr().wrapping_add(off as usize)
+    }
+
+    /// The 64 bytes of the cache line at `line` (a multiple of 64 inside the mapping).
+    fn line_data(&self, line: u64) -> [u8; 64] {
+        let mut data = [0u8; 64];
+        // SAFETY: `line` is a line overlapping a checked range; the mapping is
+        // page-granular, so all 64 bytes are mapped. Races with writers only
+        // yield some value of the bytes, as on the hardware.
+        unsafe { ptr::copy_nonoverlapping(self.at(line), data.as_mut_ptr(), 64) };
+        data
+    }
+
+    // ---- loads ----
+
+    #[track_caller]
+    pub fn load_u8(&self, off: u64) -> u8 {
+        self.check(off, 1, "load_u8");
+        // SAFETY: in bounds; the mapping lives as long as `self`; shared
+        // locations are only accessed atomically by these methods.
+        unsafe { AtomicU8::from_ptr(self.at(off)) }.load(Ordering::Acquire)
+    }
+
+    #[track_caller]
+    pub fn load_u32(&self, off: u64) -> u32 {
+        self.check_aligned(off, 4, "load_u32");
+        // SAFETY: in bounds and 4-aligned (the mapping is page aligned).
+        unsafe { AtomicU32::from_ptr(self.at(off).cast()) }.load(Ordering::Acquire)
+    }
+
+    #[track_caller]
+    pub fn load_u64(&self, off: u64) -> u64 {
+        self.check_aligned(off, 8, "load_u64");
+        // SAFETY: in bounds and 8-aligned (the mapping is page aligned).
+        unsafe { AtomicU64::from_ptr(self.at(off).cast()) }.load(Ordering::Acquire)
+    }
+
+    /// Copy bytes out (may race with writers: validate with a seqlock).
+    #[track_caller]
+    pub fn read(&self, off: u64, buf: &mut [u8]) {
+        self.check(off, buf.len() as u64, "read");
+        // SAFETY: source in bounds of the mapping, destination is `buf`;
+        // `ptr::copy` tolerates overlap.
+        unsafe { ptr::copy(self.at(off), buf.as_mut_ptr(), buf.len()) };
+    }
+
+    /// Direct view into the mapping.
+    #[track_caller]
+    pub fn slice(&self, off: u64, len: u64) -> &[u8] {
+        self.check(off, len, "slice");
+        // SAFETY: in bounds; the mapping outlives the borrow of `self`.
+        unsafe { std::slice::from_raw_parts(self.at(off), len as usize) }
+    }
+
+    // ---- stores (not durable until flushed and fenced) ----
+
+    #[track_caller]
+    pub fn store_u8(&self, off: u64, v: u8) {
+        self.check(off, 1, "store_u8");
+        // SAFETY: in bounds; see `load_u8`.
+        unsafe { AtomicU8::from_ptr(self.at(off)) }.store(v, Ordering::Release);
+    }
+
+    #[track_caller]
+    pub fn store_u32(&self, off: u64, v: u32) {
+        self.check_aligned(off, 4, "store_u32");
+        // SAFETY: in bounds and aligned; see `load_u32`.
+        unsafe { AtomicU32::from_ptr(self.at(off).cast()) }.store(v, Ordering::Release);
+    }
+
+    /// 8-byte atomic publish store.
+    #[track_caller]
+    pub fn store_u64(&self, off: u64, v: u64) {
+        self.check_aligned(off, 8, "store_u64");
+        // SAFETY: in bounds and aligned; see `load_u64`.
+        unsafe { AtomicU64::from_ptr(self.at(off).cast()) }.store(v, Ordering::Release);
+    }
+
+    /// Copy bytes in with ordinary (cached) stores.
+    #[track_caller]
+    pub fn write(&self, off: u64, data: &[u8]) {
+        self.check(off, data.len() as u64, "write");
+        // SAFETY: destination in bounds; `ptr::copy` tolerates `data` being a
+        // view into the pool itself.
+        unsafe { ptr::copy(data.as_ptr(), self.at(off), data.len()) };
+    }
+
+    /// Zero a range with ordinary stores.
+    #[track_caller]
+    pub fn fill_zero(&self, off: u64, len: u64) {
+        self.check(off, len, "fill_zero");
+        // SAFETY: in bounds.
+        unsafe { ptr::write_bytes(self.at(off), 0, len as usize) };
+    }
+
+    // ---- persistence ----
+
+    /// Write back the lines overlapping an in-bounds range, without recording.
+    fn write_back(&self, off: u64, len: u64) {
+        if self.media == Media::File {
+            // Cache-line write-back buys nothing for page-cache memory: the
+            // fence's msync makes these pages durable.
+            self.dirty.add(off, len);
+        } else {
+            // SAFETY: the range is in bounds and `kind` was detected on this CPU.
+            unsafe { flush::flush_range(self.kind, self.at(off), len as usize) };
+        }
+    }
+
+    #[inline]
+    fn record_lines(&self, off: u64, len: u64) {
+        if self.rec.is_on() {
+            self.rec.push_lines(off, len, |line| self.line_data(line));
+        }
+    }
+
+    /// Write back every cache line overlapping `[off, off + len)`. No fence.
+    #[track_caller]
+    pub fn flush(&self, off: u64, len: u64) {
+        self.check(off, len, "flush");
+        if len == 0 {
+            return;
+        }
+        self.record_lines(off, len);
+        self.write_back(off, len);
+    }
+
+    /// `sfence`; for ordinary files also `msync(MS_SYNC)` of every page
+    /// flushed since the last fence. An `msync` failure is kept for
+    /// [`Pool::take_sync_error`]; use [`Pool::try_fence`] to see it directly.
+    pub fn fence(&self) {
+        let _ = self.try_fence();
+    }
+
+    /// [`Pool::fence`], returning the `msync` error if there is one.
+    pub fn try_fence(&self) -> io::Result<()> {
+        flush::sfence();
+        let result = if self.media == Media::File {
+            self.dirty.sync(self.map.ptr())
+        } else {
+            Ok(())
+        };
+        if self.rec.is_on() {
+            self.rec.push(Event::Fence);
+        }
+        result
+    }
+
+    /// The first `msync` error seen by [`Pool::fence`] since the last call, if any.
+    pub fn take_sync_error(&self) -> Option<io::Error> {
+        self.dirty.take_error()
+    }
+
+    /// Page ranges awaiting `msync` (ordinary files only).
+    #[cfg(test)]
+    pub(crate) fn pending_sync(&self) -> Vec<(u64, u64)> {
+        self.dirty.pending()
+    }
+
+    /// Flush and fence.
+    #[track_caller]
+    pub fn persist(&self, off: u64, len: u64) {
+        self.flush(off, len);
+        self.fence();
+    }
+
+    /// Whether `data` overlaps the pool range `[off, off + len)`.
+    fn overlaps(&self, off: u64, data: &[u8]) -> bool {
+        let (d0, d1) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
+        let p0 = self.at(off) as usize;
+        d0 < p0 + data.len() && p0 < d1
+    }
+
+    /// Non-temporal bulk write of an in-bounds range of at least
+    /// `NT_THRESHOLD` bytes: ordinary stores plus explicit write-back for the
+    /// partial head and tail lines, `stream` for the aligned middle.
+    fn nt_range(
+        &self,
+        off: u64,
+        len: u64,
+        edge: impl Fn(u64, u64),
+        stream: impl FnOnce(*mut u8, u64, usize),
+    ) {
+        let end = off + len;
+        let mid_start = off.next_multiple_of(CACHE_LINE);
+        let mid_end = end / CACHE_LINE * CACHE_LINE;
+        if off < mid_start {
+            edge(off, mid_start - off);
+        }
+        stream(
+            self.at(mid_start),
+            mid_start - off,
+            (mid_end - mid_start) as usize,
+        );
+        if mid_end < end {
+            edge(mid_end, end - mid_end);
+        }
+        if self.media == Media::File {
+            self.dirty.add(off, len);
+        } else {
+            // The partial edge lines went through the cache: write them back.
+            if off < mid_start {
+                self.write_back(off, 1);
+            }
+            if mid_end < end {
+                self.write_back(mid_end, 1);
+            }
+        }
+        // Rust requires an sfence after non-temporal stores before the memory
+        // is accessed again by any means; durability still needs `fence()`.
+        flush::sfence();
+        self.record_lines(off, len);
+    }
+
+    /// Bulk copy with non-temporal stores; durable after the next
+    /// [`Pool::fence`]. Short copies (< 256 bytes) use `write` + `flush`.
+    #[track_caller]
+    pub fn copy_nt(&self, off: u64, data: &[u8]) {
+        let len = data.len() as u64;
+        self.check(off, len, "copy_nt");
+        if data.len() < NT_THRESHOLD || self.overlaps(off, data) {
+            self.write(off, data);
+            self.flush(off, len);
+            return;
+        }
+        self.nt_range(
+            off,
+            len,
+            |o, n| self.write(o, &data[(o - off) as usize..(o - off + n) as usize]),
+            |dst, skip, n| {
+                // SAFETY: `dst` is the 64-aligned in-bounds middle of the
+                // range, `data[skip..skip + n]` its source, and they do not
+                // overlap (checked above).
+                unsafe { flush::stream_copy(dst, data.as_ptr().add(skip as usize), n) }
+            },
+        );
+    }
+
+    /// Zero a range with non-temporal stores; durable after the next
+    /// [`Pool::fence`]. Short ranges (< 256 bytes) use `fill_zero` + `flush`.
+    #[track_caller]
+    pub fn zero_nt(&self, off: u64, len: u64) {
+        self.check(off, len, "zero_nt");
+        if len < NT_THRESHOLD as u64 {
+            self.fill_zero(off, len);
+            self.flush(off, len);
+            return;
+        }
+        self.nt_range(
+            off,
+            len,
+            |o, n| self.fill_zero(o, n),
+            |dst, _, n| {
+                // SAFETY: `dst` is the 64-aligned in-bounds middle of the range.
+                unsafe { flush::stream_zero(dst, n) }
+            },
+        );
+    }
+
+    // ---- recording mode ----
+
+    /// Snapshot the pool as the base image and log every flush, fence and
+    /// mark from now on. Restarts the recording if one is in progress.
+    pub fn start_recording(&self) {
+        self.rec.start(self.slice(0, self.len).to_vec());
+    }
+
+    /// Stop recording and return what was recorded.
+    pub fn stop_recording(&self) -> Option<Recording> {
+        self.rec.stop()
+    }
+
+    pub fn is_recording(&self) -> bool {
+        self.rec.is_on()
+    }
+
+    /// Insert a marker event (only while recording).
+    pub fn mark(&self, label: u64) {
+        if self.rec.is_on() {
+            self.rec.push(Event::Mark(label));
+        }
+    }
+}
