@@ -237,6 +237,20 @@ impl Allocator {
         freed.len()
     }
 
+    /// Items waiting to be freed.
+    pub fn pending_items(&self) -> impl Iterator<Item = Item> + '_ {
+        self.pending.iter().map(|p| p.item)
+    }
+
+    /// Mark an item used (fsck repair of an item in use but marked free).
+    pub fn mark_used(&mut self, item: Item) {
+        match item {
+            Item::Inode(i) => self.inodes.set(i),
+            Item::MetaPage(off) => self.meta.set(self.geo.meta_index(off)),
+            Item::DataPage(off) => self.data.set(self.geo.data_index(off)),
+        };
+    }
+
     fn clear(&mut self, item: Item) {
         match item {
             Item::Inode(i) => self.inodes.clear(i),

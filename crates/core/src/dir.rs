@@ -26,7 +26,7 @@ const INLINE_NAME: usize = 46;
 const FP_CONT: u8 = 0xFF;
 pub const NAME_MAX: usize = 255;
 
-/// 63-bit FNV-1a with a splitmix finaliser; never 0 or 1 (readdir cursors for "." and "..").
+/// 63-bit FNV-1a with a splitmix finaliser; never 0, 1 or 2 (readdir cursors for the start, "." and "..").
 pub fn name_hash(name: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in name {
@@ -38,7 +38,7 @@ pub fn name_hash(name: &[u8]) -> u64 {
     h ^= h >> 27;
     h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^= h >> 31;
-    (h >> 1).max(2)
+    (h >> 1).max(3)
 }
 
 fn fingerprint(hash: u64) -> u8 {
@@ -288,16 +288,18 @@ pub enum Space {
     Full(LeafLoc),
 }
 
-pub fn find_space(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Space> {
+/// `claimed` lists (leaf, first slot, slots) already taken by entries staged in this operation.
+pub fn find_space(pool: &Pool, geo: &Geometry, root: u64, name: &[u8], claimed: &[(u64, u64, u64)]) -> Result<Space> {
     if root == 0 {
         return Ok(Space::Empty);
     }
     let k = slots_for(name.len());
     let loc = find_leaf(pool, geo, root, name_hash(name))?;
     let header = pool.slice(loc.leaf, SLOTS);
+    let taken = |slot: u64| claimed.iter().any(|&(l, s, n)| l == loc.leaf && slot >= s && slot < s + n);
     let mut run = 0;
     for (i, &b) in header.iter().enumerate() {
-        run = if b == 0 { run + 1 } else { 0 };
+        run = if b == 0 && !taken(i as u64 + 1) { run + 1 } else { 0 };
         if run == k {
             return Ok(Space::Free { leaf: loc.leaf, slot: i as u64 + 2 - k });
         }
@@ -411,7 +413,7 @@ mod tests {
 
     #[test]
     fn hashes_avoid_cursor_values_and_spread() {
-        assert!(name_hash(b"") >= 2);
+        assert!(name_hash(b"") >= 3);
         assert_ne!(name_hash(b"a"), name_hash(b"b"));
         assert_eq!(slots_for(1), 1);
         assert_eq!(slots_for(46), 1);

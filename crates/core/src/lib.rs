@@ -11,3 +11,15 @@ pub mod oplog;
 pub mod perm;
 
 pub use error::{Error, Result};
+pub mod request;
+pub mod server;
+pub mod census;
+pub mod recovery;
+pub mod fs;
+pub mod mkfs;
+pub mod range_lock;
+
+pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
+pub use perm::Creds;
+pub use request::{RENAME_EXCHANGE, RENAME_NOREPLACE, SetTime, StatFs};
+pub use server::FsckReport;

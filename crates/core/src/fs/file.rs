@@ -1,0 +1,408 @@
+//! Open files: lock-free reads, copy-on-write writes into reserved pages, and the `std::io`
+//! traits.
+
+use super::{Fs, Metadata, ReadDir};
+use crate::error::{Error, Result};
+use crate::index::{self, MAX_FILE_SIZE};
+use crate::inode::{self, InodeData};
+use crate::layout::PAGE;
+use crate::request::{Handle, Request, SetAttr, SetTime};
+use crate::server::zero_range_beyond_eof;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::{Arc, Mutex};
+
+/// Writes larger than this are applied in atomic steps of this size.
+pub const ATOMIC_WRITE_MAX: u64 = 8 << 20;
+
+/// How to open a file (the flags of open(2)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub read: bool,
+    pub write: bool,
+    pub append: bool,
+    pub create: bool,
+    pub excl: bool,
+    pub truncate: bool,
+    pub directory: bool,
+    pub nofollow: bool,
+    /// Permission bits for a created file (the caller applies its umask).
+    pub mode: u32,
+}
+
+impl OpenOptions {
+    pub fn new() -> OpenOptions {
+        OpenOptions { mode: 0o644, ..OpenOptions::default() }
+    }
+    pub fn read(mut self, v: bool) -> Self {
+        self.read = v;
+        self
+    }
+    pub fn write(mut self, v: bool) -> Self {
+        self.write = v;
+        self
+    }
+    pub fn append(mut self, v: bool) -> Self {
+        self.append = v;
+        self
+    }
+    pub fn create(mut self, v: bool) -> Self {
+        self.create = v;
+        self
+    }
+    pub fn create_new(mut self, v: bool) -> Self {
+        self.create = v;
+        self.excl = v;
+        self
+    }
+    pub fn truncate(mut self, v: bool) -> Self {
+        self.truncate = v;
+        self
+    }
+    pub fn directory(mut self, v: bool) -> Self {
+        self.directory = v;
+        self
+    }
+    pub fn nofollow(mut self, v: bool) -> Self {
+        self.nofollow = v;
+        self
+    }
+    pub fn mode(mut self, m: u32) -> Self {
+        self.mode = m;
+        self
+    }
+
+    /// From open(2) flags and mode.
+    pub fn from_flags(flags: i32, mode: u32) -> OpenOptions {
+        let acc = flags & libc::O_ACCMODE;
+        OpenOptions {
+            read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+            write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
+            append: flags & libc::O_APPEND != 0,
+            create: flags & libc::O_CREAT != 0,
+            excl: flags & libc::O_EXCL != 0,
+            truncate: flags & libc::O_TRUNC != 0,
+            directory: flags & libc::O_DIRECTORY != 0,
+            nofollow: flags & libc::O_NOFOLLOW != 0,
+            mode,
+        }
+    }
+}
+
+/// An open file or directory.
+pub struct File {
+    fs: Fs,
+    handle: Handle,
+    opts: OpenOptions,
+    pos: Arc<Mutex<u64>>,
+}
+
+impl File {
+    pub(crate) fn new(fs: Fs, handle: Handle, opts: OpenOptions) -> Result<File> {
+        fs.call(Request::Open { target: handle })?;
+        Ok(File { fs, handle, opts, pos: Arc::new(Mutex::new(0)) })
+    }
+
+    pub fn ino(&self) -> u64 {
+        self.handle.ino
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    pub fn options(&self) -> OpenOptions {
+        self.opts
+    }
+
+    pub fn fs(&self) -> &Fs {
+        &self.fs
+    }
+
+    /// Another handle to the same open file, sharing the offset (like dup(2)).
+    pub fn try_clone(&self) -> Result<File> {
+        self.fs.call(Request::Open { target: self.handle })?;
+        Ok(File { fs: self.fs.clone(), handle: self.handle, opts: self.opts, pos: self.pos.clone() })
+    }
+
+    pub fn metadata(&self) -> Result<Metadata> {
+        Ok(Metadata::from_inode(self.handle.ino, &self.fs.read_inode(self.handle.ino)))
+    }
+
+    fn data(&self) -> InodeData {
+        self.fs.read_inode(self.handle.ino)
+    }
+
+    /// Read at `off` without moving the offset. Lock-free: retried if a write commits meanwhile.
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> Result<usize> {
+        if !self.opts.read {
+            return Err(Error::EBADF);
+        }
+        let core = &*self.fs.core;
+        let ino = self.handle.ino;
+        if self.data().is_dir() {
+            return Err(Error::EISDIR);
+        }
+        let _pin = core.shared.epochs.pin();
+        loop {
+            let s = core.shared.seqs.read_begin(ino);
+            let d = inode::read(&core.pool, &core.geo, ino);
+            let n = if off >= d.size { 0 } else { buf.len().min((d.size - off) as usize) };
+            let copied = self.copy_out(&d, &mut buf[..n], off);
+            if core.shared.seqs.read_ok(ino, s) {
+                copied?;
+                return Ok(n);
+            }
+        }
+    }
+
+    fn copy_out(&self, d: &InodeData, buf: &mut [u8], off: u64) -> Result<()> {
+        let core = &*self.fs.core;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let pg = pos / PAGE;
+            let in_page = (pos % PAGE) as usize;
+            let n = (PAGE as usize - in_page).min(buf.len() - done);
+            let page = index::lookup(&core.pool, &core.geo, d.root, d.height, pg)?;
+            if page == 0 {
+                buf[done..done + n].fill(0);
+            } else {
+                core.pool.read(page + in_page as u64, &mut buf[done..done + n]);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Write at `off` without moving the offset (O_APPEND files write at the end).
+    pub fn write_at(&self, data: &[u8], off: u64) -> Result<usize> {
+        self.write_inner(data, if self.opts.append { None } else { Some(off) }).map(|(n, _)| n)
+    }
+
+    /// Write `data` at `off` (or at the end of file for None); returns bytes written and
+    /// where the write ended.
+    fn write_inner(&self, data: &[u8], off: Option<u64>) -> Result<(usize, u64)> {
+        if !self.opts.write {
+            return Err(Error::EBADF);
+        }
+        if data.is_empty() {
+            return Ok((0, off.unwrap_or_else(|| self.data().size)));
+        }
+        let mut done = 0usize;
+        let mut pos = off;
+        while done < data.len() {
+            let n = (data.len() - done).min(ATOMIC_WRITE_MAX as usize);
+            let end = self.write_chunk(&data[done..done + n], pos)?;
+            done += n;
+            pos = pos.map(|_| end);
+        }
+        let end = match off {
+            Some(o) => o + data.len() as u64,
+            None => self.data().size,
+        };
+        Ok((done, end))
+    }
+
+    /// One atomic write; returns where it ended.
+    fn write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
+        let fs = &self.fs;
+        let core = &*fs.core;
+        let lock = fs.range_lock(self.handle.ino);
+        // Lock from the page of min(offset, size): the gap between the old end of file and
+        // the write is ours to zero. Appends lock to infinity so that they take turns.
+        let (_guard, d, off) = loop {
+            let size = self.data().size;
+            let start = off.unwrap_or(size).min(size) / PAGE;
+            let end = match off {
+                Some(o) => (o + data.len() as u64).div_ceil(PAGE),
+                None => u64::MAX,
+            };
+            let guard = lock.lock(start, end);
+            let d = self.data();
+            if d.size < start * PAGE {
+                continue;
+            }
+            let off = off.unwrap_or(d.size);
+            break (guard, d, off);
+        };
+        let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Error::EFBIG)?;
+        if !d.is_reg() {
+            return Err(if d.is_dir() { Error::EISDIR } else { Error::EINVAL });
+        }
+        // Which pages need a fresh copy: holes, and pages whose visible bytes change.
+        let first = off / PAGE;
+        let last = end.div_ceil(PAGE);
+        let mut existing = Vec::with_capacity((last - first) as usize);
+        let mut fresh = 0;
+        for pg in first..last {
+            let page = index::lookup(&core.pool, &core.geo, d.root, d.height, pg)?;
+            let ws = off.max(pg * PAGE);
+            let cow = page == 0 || ws < d.size;
+            fresh += cow as usize;
+            existing.push((pg, page, cow));
+        }
+        let mut pages = fs.take_pages(fresh)?.into_iter();
+        let mut updates = Vec::with_capacity(fresh);
+        let mut scratch = vec![0u8; PAGE as usize];
+        for &(pg, old, cow) in &existing {
+            let base = pg * PAGE;
+            let ws = off.max(base) - base;
+            let we = end.min(base + PAGE) - base;
+            let src = &data[(base + ws - off) as usize..(base + we - off) as usize];
+            if !cow {
+                // Beyond the end of file: invisible until the size commits, so in place.
+                core.pool.copy_nt(old + ws, src);
+                continue;
+            }
+            let new = pages.next().ok_or(Error::EIO)?;
+            if ws == 0 && we == PAGE {
+                core.pool.copy_nt(new, src);
+            } else {
+                if old == 0 {
+                    scratch.fill(0);
+                } else {
+                    core.pool.read(old, &mut scratch);
+                }
+                scratch[ws as usize..we as usize].copy_from_slice(src);
+                core.pool.copy_nt(new, &scratch);
+            }
+            updates.push((pg, new));
+        }
+        if off > d.size {
+            zero_range_beyond_eof(&core.pool, &core.geo, &d, d.size, off)?;
+        }
+        core.pool.fence();
+        let new_pages: Vec<u64> = updates.iter().map(|u| u.1).collect();
+        let req = Request::CommitWrite { target: self.handle, pages: updates, end };
+        if let Err(e) = fs.call(req) {
+            fs.untake_pages(new_pages);
+            return Err(e);
+        }
+        Ok(end)
+    }
+
+    /// Change the size (ftruncate).
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        if !self.opts.write {
+            return Err(Error::EINVAL);
+        }
+        self.fs.truncate_handle(self.handle, size)
+    }
+
+    /// Allocate space (fallocate mode 0 or FALLOC_FL_KEEP_SIZE).
+    pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        if !self.opts.write {
+            return Err(Error::EBADF);
+        }
+        let lock = self.fs.range_lock(self.handle.ino);
+        let size = self.data().size;
+        let _g = lock.lock(offset.min(size) / PAGE, u64::MAX);
+        self.fs.call(Request::Fallocate { target: self.handle, offset, len, keep_size })?;
+        Ok(())
+    }
+
+    /// Everything is durable when a write returns; this orders nothing but is still a
+    /// round trip so that a failing pool reports it.
+    pub fn sync_all(&self) -> Result<()> {
+        self.fs.call(Request::Sync)?;
+        Ok(())
+    }
+
+    pub fn sync_data(&self) -> Result<()> {
+        self.sync_all()
+    }
+
+    pub fn set_times(&self, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
+        self.fs.call(Request::SetAttr { target: self.handle, attr: SetAttr { atime, mtime, ..SetAttr::default() } })?;
+        Ok(())
+    }
+
+    pub fn set_mode(&self, mode: u32) -> Result<()> {
+        self.fs.call(Request::SetAttr { target: self.handle, attr: SetAttr { mode: Some(mode), ..SetAttr::default() } })?;
+        Ok(())
+    }
+
+    pub fn set_owner(&self, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        self.fs.call(Request::SetAttr { target: self.handle, attr: SetAttr { uid, gid, ..SetAttr::default() } })?;
+        Ok(())
+    }
+
+    /// Iterate a directory opened with this handle.
+    pub fn read_dir(&self) -> Result<ReadDir> {
+        if !self.data().is_dir() {
+            return Err(Error::ENOTDIR);
+        }
+        Ok(ReadDir::new(self.fs.clone(), self.handle))
+    }
+
+    /// The current offset.
+    pub fn position(&self) -> u64 {
+        *self.pos.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read at the offset and advance it.
+    pub fn read_next(&self, buf: &mut [u8]) -> Result<usize> {
+        let mut pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
+        let n = self.read_at(buf, *pos)?;
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    /// Write at the offset (or the end, for O_APPEND) and advance it.
+    pub fn write_next(&self, data: &[u8]) -> Result<usize> {
+        let mut pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
+        let at = if self.opts.append { None } else { Some(*pos) };
+        let (n, end) = self.write_inner(data, at)?;
+        *pos = end;
+        Ok(n)
+    }
+
+    /// lseek: returns the new offset.
+    pub fn seek_to(&self, whence: SeekFrom) -> Result<u64> {
+        let mut pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
+        let new = match whence {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(d) => pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.data().size.checked_add_signed(d),
+        };
+        let new = new.filter(|&n| n <= i64::MAX as u64).ok_or(Error::EINVAL)?;
+        *pos = new;
+        Ok(new)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let _ = self.fs.call(Request::Close { target: self.handle });
+    }
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(self.read_next(buf)?)
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Ok(self.write_next(buf)?)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        Ok(self.seek_to(pos)?)
+    }
+}
+
+impl std::os::unix::fs::FileExt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        Ok(File::read_at(self, buf, offset)?)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        Ok(File::write_at(self, buf, offset)?)
+    }
+}

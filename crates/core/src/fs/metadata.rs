@@ -1,0 +1,77 @@
+//! `stat` results.
+
+use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What `stat` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Bytes for files and symlinks; the number of entries for directories.
+    pub size: u64,
+    /// 512-byte units held, as `st_blocks`.
+    pub blocks: u64,
+    pub blksize: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+fn to_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+impl Metadata {
+    pub(crate) fn from_inode(ino: u64, d: &InodeData) -> Metadata {
+        Metadata {
+            ino,
+            mode: d.mode,
+            nlink: d.nlink,
+            uid: d.uid,
+            gid: d.gid,
+            size: d.size,
+            blocks: d.blocks * 8,
+            blksize: crate::layout::PAGE,
+            atime_ns: d.atime,
+            mtime_ns: d.mtime,
+            ctime_ns: d.ctime,
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    pub fn is_file(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & S_IFMT == S_IFLNK
+    }
+    pub fn len(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    /// Permission bits (including set-id and sticky bits).
+    pub fn permissions(&self) -> u32 {
+        self.mode & 0o7777
+    }
+    pub fn accessed(&self) -> SystemTime {
+        to_time(self.atime_ns)
+    }
+    pub fn modified(&self) -> SystemTime {
+        to_time(self.mtime_ns)
+    }
+    pub fn changed(&self) -> SystemTime {
+        to_time(self.ctime_ns)
+    }
+}

@@ -1,0 +1,249 @@
+//! The client side and the public Rust API: `Fs` opens a pool, resolves paths and reads
+//! metadata and data directly (lock-free), writes file data into reserved pages, and sends
+//! small requests to the server through the transport.
+
+mod file;
+mod metadata;
+mod ops;
+mod path;
+mod readdir;
+
+pub use file::{File, OpenOptions};
+pub use metadata::Metadata;
+pub use readdir::{DirEntry, ReadDir};
+
+use crate::epoch::{Epochs, SeqTable};
+use crate::error::{Error, Result};
+use crate::inode::{self, InodeData};
+use crate::layout::{Geometry, ROOT_INO, Superblock};
+use crate::perm::Creds;
+use crate::range_lock::RangeLock;
+use crate::recovery;
+use crate::request::{Handle, Request, Response};
+use crate::server::{ClientId, FsckReport, Server, Shared};
+use engram_pmem::{Media, Pool};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Concurrent readers that can be pinned at once.
+const EPOCH_SLOTS: usize = 256;
+/// Pages asked for per reservation request (4 MiB).
+const RESERVE_BATCH: u64 = 1024;
+const IN_PROCESS_CLIENT: ClientId = 1;
+
+/// How to open a pool.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Act as these credentials (default: the process's effective ones).
+    pub creds: Option<Creds>,
+}
+
+/// What mounting found.
+#[derive(Clone, Debug)]
+pub struct MountInfo {
+    pub media: Media,
+    pub was_clean: bool,
+    pub replayed: u64,
+    pub orphans_freed: u64,
+    pub problems: Vec<String>,
+    pub geometry: Geometry,
+}
+
+/// How requests reach the server. The daemon adds a shared-memory transport beside this one.
+enum Transport {
+    InProcess(Mutex<Server>),
+}
+
+pub(crate) struct Core {
+    pub pool: Arc<Pool>,
+    pub geo: Geometry,
+    pub shared: Arc<Shared>,
+    transport: Transport,
+    reserve: Mutex<Vec<u64>>,
+    locks: Mutex<HashMap<u64, Arc<RangeLock>>>,
+    info: MountInfo,
+}
+
+/// An open EngramFS pool. Cheap to clone; the pool is unmounted cleanly when the last clone
+/// (and the last open file) is dropped, or by `unmount`.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) core: Arc<Core>,
+    creds: Arc<Creds>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Fs {
+    /// Format a new pool file of `size` bytes (replacing whatever the file held).
+    pub fn mkfs(path: impl AsRef<Path>, size: u64) -> Result<()> {
+        let geo = Geometry::for_size(size)?;
+        let pool = Pool::create(path.as_ref(), size)
+            .map_err(|e| Error::with_msg(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot create pool: {e}")))?;
+        crate::mkfs::format(&pool, &geo);
+        Ok(())
+    }
+
+    /// Open (and if needed recover) a pool file. Fails with EBUSY if another process has it.
+    pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Fs> {
+        let path = path.as_ref();
+        let pool = Pool::open(path)
+            .map_err(|e| Error::with_msg(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot open pool {}: {e}", path.display())))?;
+        pool.try_lock_exclusive().map_err(|_| {
+            Error::with_msg(libc::EBUSY, format!("pool {} is in use by another process", path.display()))
+        })?;
+        Fs::open_pool(pool, opts)
+    }
+
+    /// Open an already mapped pool (a file, or memory in tests and the crash harness).
+    pub fn open_pool(pool: Pool, opts: &Options) -> Result<Fs> {
+        let pool = Arc::new(pool);
+        let m = recovery::mount(&pool)?;
+        let geo = m.sb.geometry;
+        let shared = Arc::new(Shared { epochs: Epochs::new(EPOCH_SLOTS), seqs: SeqTable::new(geo.inode_count) });
+        let info = MountInfo {
+            media: pool.media(),
+            was_clean: m.was_clean,
+            replayed: m.replayed,
+            orphans_freed: m.orphans_freed,
+            problems: m.problems,
+            geometry: geo,
+        };
+        let server = Server::start(pool.clone(), m.sb, m.alloc, m.head, shared.clone());
+        Ok(Fs {
+            core: Arc::new(Core {
+                pool,
+                geo,
+                shared,
+                transport: Transport::InProcess(Mutex::new(server)),
+                reserve: Mutex::new(Vec::new()),
+                locks: Mutex::new(HashMap::new()),
+                info,
+            }),
+            creds: Arc::new(opts.creds.clone().unwrap_or_else(Creds::current)),
+        })
+    }
+
+    /// Read the superblock of a pool file without opening it for use.
+    pub fn superblock(path: impl AsRef<Path>) -> Result<Superblock> {
+        let pool = Pool::open(path.as_ref())?;
+        Superblock::load(&pool)
+    }
+
+    pub fn mount_info(&self) -> &MountInfo {
+        &self.core.info
+    }
+
+    pub fn creds(&self) -> &Creds {
+        &self.creds
+    }
+
+    /// The same pool acting as other credentials (for permission checks).
+    pub fn with_creds(&self, creds: Creds) -> Fs {
+        Fs { core: self.core.clone(), creds: Arc::new(creds) }
+    }
+
+    /// Check every invariant (and repair counts and leaks if asked).
+    pub fn fsck(&self, repair: bool) -> Result<FsckReport> {
+        self.flush_reservation()?;
+        self.with_server(|s| s.fsck(repair))
+    }
+
+    /// Unmount cleanly now. Files still open keep working until dropped, but nothing
+    /// else may use the pool afterwards.
+    pub fn unmount(self) -> Result<()> {
+        self.flush_reservation()?;
+        self.with_server(|s| s.shutdown())
+    }
+
+    pub(crate) fn with_server<T>(&self, f: impl FnOnce(&mut Server) -> Result<T>) -> Result<T> {
+        match &self.core.transport {
+            Transport::InProcess(m) => f(&mut lock(m)),
+        }
+    }
+
+    pub(crate) fn call(&self, req: Request) -> Result<Response> {
+        let creds = &*self.creds;
+        self.with_server(|s| s.handle(IN_PROCESS_CLIENT, creds, req))
+    }
+
+    pub(crate) fn call_entry(&self, req: Request) -> Result<(Handle, bool)> {
+        match self.call(req)? {
+            Response::Entry { handle, created } => Ok((handle, created)),
+            _ => Err(Error::EIO),
+        }
+    }
+
+    /// Give reserved pages back to the server.
+    fn flush_reservation(&self) -> Result<()> {
+        let pages = std::mem::take(&mut *lock(&self.core.reserve));
+        if !pages.is_empty() {
+            self.call(Request::Unreserve { pages })?;
+        }
+        Ok(())
+    }
+
+    /// `n` reserved pages, ascending where the reservation allows.
+    pub(crate) fn take_pages(&self, n: usize) -> Result<Vec<u64>> {
+        let mut r = lock(&self.core.reserve);
+        while r.len() < n {
+            let want = (n - r.len()) as u64;
+            match self.call(Request::Reserve { pages: want.max(RESERVE_BATCH) }) {
+                Ok(Response::Pages(mut p)) => {
+                    // Stored reversed so that pop() hands out ascending runs.
+                    p.reverse();
+                    p.append(&mut r);
+                    *r = p;
+                }
+                Ok(_) => return Err(Error::EIO),
+                Err(e) => return Err(e),
+            }
+        }
+        let at = r.len() - n;
+        let mut out = r.split_off(at);
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Return pages that were taken but not committed.
+    pub(crate) fn untake_pages(&self, mut pages: Vec<u64>) {
+        pages.reverse();
+        lock(&self.core.reserve).extend(pages);
+    }
+
+    pub(crate) fn range_lock(&self, ino: u64) -> Arc<RangeLock> {
+        lock(&self.core.locks).entry(ino).or_default().clone()
+    }
+
+    /// Read an inode consistently (retrying while the server changes it).
+    pub(crate) fn read_inode(&self, ino: u64) -> InodeData {
+        let seqs = &self.core.shared.seqs;
+        loop {
+            let s = seqs.read_begin(ino);
+            let d = inode::read(&self.core.pool, &self.core.geo, ino);
+            if seqs.read_ok(ino, s) {
+                return d;
+            }
+        }
+    }
+
+    pub(crate) fn root(&self) -> (Handle, InodeData) {
+        let d = self.read_inode(ROOT_INO);
+        (Handle { ino: ROOT_INO, generation: d.generation }, d)
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        let Transport::InProcess(m) = &self.transport;
+        let mut server = lock(m);
+        let pages = std::mem::take(&mut *lock(&self.reserve));
+        if !pages.is_empty() {
+            let _ = server.handle(IN_PROCESS_CLIENT, &Creds::root(), Request::Unreserve { pages });
+        }
+        let _ = server.shutdown();
+    }
+}

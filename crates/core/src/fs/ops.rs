@@ -1,0 +1,285 @@
+//! Path operations of the public API. Every `*_at` form resolves relative paths against an
+//! open directory; the plain forms resolve them against the root.
+
+use super::path::Parent;
+use super::{File, Fs, Metadata, OpenOptions, ReadDir};
+use crate::error::{Error, Result};
+use crate::layout::PAGE;
+use crate::perm::{self, R, W, X};
+use crate::request::{Handle, Request, Response, SetAttr, SetTime, StatFs};
+
+fn base(dir: Option<&File>) -> Option<Handle> {
+    dir.map(File::handle)
+}
+
+impl Fs {
+    /// Split a path for an operation that creates or removes its last component.
+    fn parent_for_change(&self, dir: Option<&File>, path: &[u8]) -> Result<(Parent, Vec<u8>)> {
+        let p = self.resolve_parent(base(dir), path)?;
+        match p.name.clone() {
+            Some(n) => Ok((p, n)),
+            None => Err(Error::EEXIST),
+        }
+    }
+
+    pub fn open_file(&self, path: impl AsRef<[u8]>, opts: &OpenOptions) -> Result<File> {
+        self.open_at(None, path.as_ref(), opts)
+    }
+
+    pub fn open_at(&self, dir: Option<&File>, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        let mut opts = *opts;
+        if !opts.read && !opts.write {
+            opts.read = true;
+        }
+        let mut created = false;
+        let (h, d) = if opts.create {
+            let p = self.resolve_parent(base(dir), path)?;
+            let Some(name) = p.name.clone() else { return Err(Error::EISDIR) };
+            if p.trailing_slash {
+                return Err(Error::EISDIR);
+            }
+            match self.lookup_child(p.dir.ino, &name)? {
+                Some(_) if opts.excl => return Err(Error::EEXIST),
+                Some((h, d)) if d.is_symlink() => {
+                    if opts.nofollow {
+                        return Err(Error::ELOOP);
+                    }
+                    self.resolve(Some(p.dir), &name, true)?;
+                    let _ = h;
+                    self.resolve(Some(p.dir), &name, true)?
+                }
+                Some(found) => found,
+                None => {
+                    let req = Request::Create { parent: p.dir, name, mode: opts.mode, excl: opts.excl };
+                    let (h, c) = self.call_entry(req)?;
+                    created = c;
+                    (h, self.read_inode(h.ino))
+                }
+            }
+        } else {
+            let (h, d) = self.resolve(base(dir), path, !opts.nofollow)?;
+            if d.is_symlink() {
+                return Err(Error::ELOOP);
+            }
+            (h, d)
+        };
+        if opts.directory && !d.is_dir() {
+            return Err(Error::ENOTDIR);
+        }
+        if d.is_dir() && (opts.write || opts.truncate) {
+            return Err(Error::EISDIR);
+        }
+        if !created {
+            let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
+            perm::check(self.creds(), &d, want)?;
+        }
+        if opts.truncate && opts.write && d.is_reg() && d.size > 0 {
+            self.truncate_handle(h, 0)?;
+        }
+        File::new(self.clone(), h, opts)
+    }
+
+    pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {
+        let lock = self.range_lock(h.ino);
+        let cur = self.read_inode(h.ino).size;
+        let _g = lock.lock(size.min(cur) / PAGE, u64::MAX);
+        self.call(Request::SetAttr { target: h, attr: SetAttr { size: Some(size), ..SetAttr::default() } })?;
+        Ok(())
+    }
+
+    pub fn mkdir(&self, path: impl AsRef<[u8]>, mode: u32) -> Result<()> {
+        self.mkdir_at(None, path.as_ref(), mode)
+    }
+
+    pub fn mkdir_at(&self, dir: Option<&File>, path: &[u8], mode: u32) -> Result<()> {
+        let (p, name) = self.parent_for_change(dir, path)?;
+        self.call_entry(Request::Mkdir { parent: p.dir, name, mode })?;
+        Ok(())
+    }
+
+    /// Remove a file or symlink.
+    pub fn unlink(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        self.unlink_at(None, path.as_ref(), false)
+    }
+
+    pub fn rmdir(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        self.unlink_at(None, path.as_ref(), true)
+    }
+
+    /// unlinkat(2): `dir_flag` selects rmdir semantics (AT_REMOVEDIR).
+    pub fn unlink_at(&self, dir: Option<&File>, path: &[u8], dir_flag: bool) -> Result<()> {
+        let p = self.resolve_parent(base(dir), path)?;
+        let Some(name) = p.name else {
+            return Err(if dir_flag {
+                if path.ends_with(b".") { Error::EINVAL } else { Error::EBUSY }
+            } else {
+                Error::EISDIR
+            });
+        };
+        if p.trailing_slash && !dir_flag {
+            // "file/" names a directory that must exist.
+            let (_, d) = self.lookup_child(p.dir.ino, &name)?.ok_or(Error::ENOENT)?;
+            return Err(if d.is_dir() { Error::EISDIR } else { Error::ENOTDIR });
+        }
+        self.call(Request::Unlink { parent: p.dir, name, dir: dir_flag })?;
+        Ok(())
+    }
+
+    pub fn rename(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) -> Result<()> {
+        self.rename_at(None, from.as_ref(), None, to.as_ref(), 0)
+    }
+
+    /// renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE flags.
+    pub fn rename_at(&self, fdir: Option<&File>, from: &[u8], tdir: Option<&File>, to: &[u8], flags: u32) -> Result<()> {
+        let f = self.resolve_parent(base(fdir), from)?;
+        let t = self.resolve_parent(base(tdir), to)?;
+        let (Some(fname), Some(tname)) = (f.name, t.name) else { return Err(Error::EBUSY) };
+        if f.trailing_slash || t.trailing_slash {
+            let (_, s) = self.lookup_child(f.dir.ino, &fname)?.ok_or(Error::ENOENT)?;
+            if !s.is_dir() {
+                return Err(Error::ENOTDIR);
+            }
+        }
+        self.call(Request::Rename { from: f.dir, from_name: fname, to: t.dir, to_name: tname, flags })?;
+        Ok(())
+    }
+
+    /// Make `new` another name of `existing` (which is not followed if it is a symlink).
+    pub fn link(&self, existing: impl AsRef<[u8]>, new: impl AsRef<[u8]>) -> Result<()> {
+        self.link_at(None, existing.as_ref(), None, new.as_ref(), false)
+    }
+
+    pub fn link_at(&self, odir: Option<&File>, old: &[u8], ndir: Option<&File>, new: &[u8], follow: bool) -> Result<()> {
+        let (h, _) = self.resolve(base(odir), old, follow)?;
+        let (p, name) = self.parent_for_change(ndir, new)?;
+        if p.trailing_slash {
+            return Err(Error::ENOENT);
+        }
+        self.call_entry(Request::Link { target: h, parent: p.dir, name })?;
+        Ok(())
+    }
+
+    /// Create a symlink at `linkpath` pointing to `target`.
+    pub fn symlink(&self, target: impl AsRef<[u8]>, linkpath: impl AsRef<[u8]>) -> Result<()> {
+        self.symlink_at(target.as_ref(), None, linkpath.as_ref())
+    }
+
+    pub fn symlink_at(&self, target: &[u8], dir: Option<&File>, linkpath: &[u8]) -> Result<()> {
+        let (p, name) = self.parent_for_change(dir, linkpath)?;
+        if p.trailing_slash {
+            return Err(Error::ENOENT);
+        }
+        self.call_entry(Request::Symlink { parent: p.dir, name, target: target.to_vec() })?;
+        Ok(())
+    }
+
+    pub fn readlink(&self, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        self.readlink_at(None, path.as_ref())
+    }
+
+    pub fn readlink_at(&self, dir: Option<&File>, path: &[u8]) -> Result<Vec<u8>> {
+        let (h, _) = self.resolve(base(dir), path, false)?;
+        self.read_link_target(h)
+    }
+
+    /// stat(2): follows a final symlink.
+    pub fn stat(&self, path: impl AsRef<[u8]>) -> Result<Metadata> {
+        self.stat_at(None, path.as_ref(), true)
+    }
+
+    /// lstat(2).
+    pub fn lstat(&self, path: impl AsRef<[u8]>) -> Result<Metadata> {
+        self.stat_at(None, path.as_ref(), false)
+    }
+
+    pub fn stat_at(&self, dir: Option<&File>, path: &[u8], follow: bool) -> Result<Metadata> {
+        let (h, d) = self.resolve(base(dir), path, follow)?;
+        Ok(Metadata::from_inode(h.ino, &d))
+    }
+
+    /// access(2) with R_OK/W_OK/X_OK bits (F_OK = 0 checks existence).
+    pub fn access_at(&self, dir: Option<&File>, path: &[u8], mode: u32, follow: bool) -> Result<()> {
+        let (_, d) = self.resolve(base(dir), path, follow)?;
+        perm::check(self.creds(), &d, mode & (R | W | X))
+    }
+
+    pub fn truncate(&self, path: impl AsRef<[u8]>, size: u64) -> Result<()> {
+        let (h, d) = self.resolve(None, path.as_ref(), true)?;
+        if d.is_dir() {
+            return Err(Error::EISDIR);
+        }
+        perm::check(self.creds(), &d, W)?;
+        self.truncate_handle(h, size)
+    }
+
+    fn setattr_at(&self, dir: Option<&File>, path: &[u8], follow: bool, attr: SetAttr) -> Result<()> {
+        let (h, _) = self.resolve(base(dir), path, follow)?;
+        self.call(Request::SetAttr { target: h, attr })?;
+        Ok(())
+    }
+
+    pub fn chmod(&self, path: impl AsRef<[u8]>, mode: u32) -> Result<()> {
+        self.chmod_at(None, path.as_ref(), mode, true)
+    }
+
+    pub fn chmod_at(&self, dir: Option<&File>, path: &[u8], mode: u32, follow: bool) -> Result<()> {
+        self.setattr_at(dir, path, follow, SetAttr { mode: Some(mode), ..SetAttr::default() })
+    }
+
+    pub fn chown(&self, path: impl AsRef<[u8]>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        self.chown_at(None, path.as_ref(), uid, gid, true)
+    }
+
+    pub fn chown_at(&self, dir: Option<&File>, path: &[u8], uid: Option<u32>, gid: Option<u32>, follow: bool) -> Result<()> {
+        self.setattr_at(dir, path, follow, SetAttr { uid, gid, ..SetAttr::default() })
+    }
+
+    /// utimensat(2): None leaves a time alone (UTIME_OMIT).
+    pub fn utimens(&self, path: impl AsRef<[u8]>, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
+        self.utimens_at(None, path.as_ref(), atime, mtime, true)
+    }
+
+    pub fn utimens_at(
+        &self,
+        dir: Option<&File>,
+        path: &[u8],
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+        follow: bool,
+    ) -> Result<()> {
+        self.setattr_at(dir, path, follow, SetAttr { atime, mtime, ..SetAttr::default() })
+    }
+
+    pub fn read_dir(&self, path: impl AsRef<[u8]>) -> Result<ReadDir> {
+        let (h, d) = self.resolve(None, path.as_ref(), true)?;
+        if !d.is_dir() {
+            return Err(Error::ENOTDIR);
+        }
+        perm::check(self.creds(), &d, R)?;
+        Ok(ReadDir::new(self.clone(), h))
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        match self.call(Request::Statfs)? {
+            Response::StatFs(s) => Ok(s),
+            _ => Err(Error::EIO),
+        }
+    }
+
+    /// Read a whole file.
+    pub fn read_file(&self, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        let f = self.open_file(path, &OpenOptions::new().read(true))?;
+        let len = f.metadata()?.size as usize;
+        let mut buf = vec![0u8; len];
+        let n = f.read_at(&mut buf, 0)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Create or replace a whole file.
+    pub fn write_file(&self, path: impl AsRef<[u8]>, data: &[u8]) -> Result<()> {
+        let f = self.open_file(path, &OpenOptions::new().write(true).create(true).truncate(true))?;
+        f.write_at(data, 0)?;
+        Ok(())
+    }
+}

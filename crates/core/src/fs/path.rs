@@ -1,0 +1,202 @@
+//! Path resolution on the client: lock-free lookups, symlinks, "." and "..", and the errors
+//! Linux gives.
+
+use super::Fs;
+use crate::dir;
+use crate::error::{Error, Result};
+use crate::inode::{self, InodeData};
+use crate::layout::ROOT_INO;
+use crate::perm::{self, X};
+use crate::request::Handle;
+
+/// Symlinks followed in one resolution before ELOOP, as Linux.
+const MAX_SYMLINKS: u32 = 40;
+pub const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// A path split into the directory that holds its last component and that component.
+pub struct Parent {
+    pub dir: Handle,
+    pub dir_data: InodeData,
+    /// None when the path names the directory itself ("/", ".", "a/..").
+    pub name: Option<Vec<u8>>,
+    /// The path ended with a slash: the last component must be a directory.
+    pub trailing_slash: bool,
+}
+
+impl Fs {
+    /// Look `name` up in directory `dir`; the child's inode is read consistently with the
+    /// directory, so a name removed (and its inode reused) meanwhile is never returned.
+    pub(crate) fn lookup_child(&self, dir: u64, name: &[u8]) -> Result<Option<(Handle, InodeData)>> {
+        let core = &*self.core;
+        let _pin = core.shared.epochs.pin();
+        loop {
+            let s = core.shared.seqs.read_begin(dir);
+            let d = inode::read(&core.pool, &core.geo, dir);
+            let found = dir::lookup(&core.pool, &core.geo, d.root, name);
+            let child = match &found {
+                Ok(Some(e)) if e.ino > 0 && e.ino < core.geo.inode_count => Some((e.ino, self.read_inode(e.ino))),
+                _ => None,
+            };
+            if !core.shared.seqs.read_ok(dir, s) {
+                continue;
+            }
+            return match found? {
+                None => Ok(None),
+                Some(e) => {
+                    let (ino, data) = child.ok_or_else(|| Error::corrupt(format!("entry points to bad inode {}", e.ino)))?;
+                    Ok(Some((Handle { ino, generation: data.generation }, data)))
+                }
+            };
+        }
+    }
+
+    fn readlink_data(&self, ino: u64, d: &InodeData) -> Result<Vec<u8>> {
+        let core = &*self.core;
+        let len = d.size as usize;
+        if len == 0 || len >= PATH_MAX {
+            return Err(Error::corrupt(format!("symlink {ino} has a bad length")));
+        }
+        if d.size <= inode::field::INLINE_LEN {
+            return Ok(inode::read_inline(&core.pool, &core.geo, ino, len));
+        }
+        if !core.geo.is_meta_page(d.root) {
+            return Err(Error::corrupt(format!("symlink {ino} points outside the metadata area")));
+        }
+        Ok(core.pool.slice(d.root, d.size).to_vec())
+    }
+
+    pub(crate) fn read_link_target(&self, h: Handle) -> Result<Vec<u8>> {
+        let d = self.read_inode(h.ino);
+        if !d.is_symlink() {
+            return Err(Error::EINVAL);
+        }
+        self.readlink_data(h.ino, &d)
+    }
+
+    fn parent_of(&self, dir: u64) -> (Handle, InodeData) {
+        let p = if dir == ROOT_INO { ROOT_INO } else { self.read_inode(dir).parent };
+        let d = self.read_inode(p);
+        (Handle { ino: p, generation: d.generation }, d)
+    }
+
+    /// Resolve all but the last component of `path`, starting at `base` for relative paths.
+    pub(crate) fn resolve_parent(&self, base: Option<Handle>, path: &[u8]) -> Result<Parent> {
+        let mut links = 0;
+        self.resolve_parent_counted(base, path, &mut links)
+    }
+
+    fn start(&self, base: Option<Handle>, path: &[u8]) -> Result<(Handle, InodeData)> {
+        if path.first() == Some(&b'/') {
+            return Ok(self.root());
+        }
+        match base {
+            None => Ok(self.root()),
+            Some(h) => {
+                let d = self.read_inode(h.ino);
+                if d.is_free() || d.generation != h.generation {
+                    return Err(Error::ENOENT);
+                }
+                if !d.is_dir() {
+                    return Err(Error::ENOTDIR);
+                }
+                Ok((h, d))
+            }
+        }
+    }
+
+    fn resolve_parent_counted(&self, base: Option<Handle>, path: &[u8], links: &mut u32) -> Result<Parent> {
+        if path.is_empty() {
+            return Err(Error::ENOENT);
+        }
+        if path.len() >= PATH_MAX {
+            return Err(Error::ENAMETOOLONG);
+        }
+        if path.contains(&0) {
+            return Err(Error::EINVAL);
+        }
+        let (mut dir, mut dir_data) = self.start(base, path)?;
+        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+        let trailing_slash = path.ends_with(b"/");
+        let Some((&last, inner)) = comps.split_last() else {
+            return Ok(Parent { dir, dir_data, name: None, trailing_slash });
+        };
+        for (i, &c) in inner.iter().enumerate() {
+            if c.len() > dir::NAME_MAX {
+                return Err(Error::ENAMETOOLONG);
+            }
+            perm::check(&self.creds, &dir_data, X)?;
+            match c {
+                b"." => continue,
+                b".." => {
+                    (dir, dir_data) = self.parent_of(dir.ino);
+                    continue;
+                }
+                _ => {}
+            }
+            let (h, d) = self.lookup_child(dir.ino, c)?.ok_or(Error::ENOENT)?;
+            if d.is_symlink() {
+                *links += 1;
+                if *links > MAX_SYMLINKS {
+                    return Err(Error::ELOOP);
+                }
+                let mut p = self.readlink_data(h.ino, &d)?;
+                for rest in &comps[i + 1..] {
+                    p.push(b'/');
+                    p.extend_from_slice(rest);
+                }
+                if trailing_slash {
+                    p.push(b'/');
+                }
+                return self.resolve_parent_counted(Some(dir), &p, links);
+            }
+            if !d.is_dir() {
+                return Err(Error::ENOTDIR);
+            }
+            (dir, dir_data) = (h, d);
+        }
+        if last.len() > dir::NAME_MAX {
+            return Err(Error::ENAMETOOLONG);
+        }
+        if !dir_data.is_dir() {
+            return Err(Error::ENOTDIR);
+        }
+        perm::check(&self.creds, &dir_data, X)?;
+        match last {
+            b"." => Ok(Parent { dir, dir_data, name: None, trailing_slash }),
+            b".." => {
+                let (dir, dir_data) = self.parent_of(dir.ino);
+                Ok(Parent { dir, dir_data, name: None, trailing_slash })
+            }
+            _ => Ok(Parent { dir, dir_data, name: Some(last.to_vec()), trailing_slash }),
+        }
+    }
+
+    /// Resolve a whole path; `follow` decides whether a symlink as the last component is
+    /// followed (a trailing slash always follows).
+    pub(crate) fn resolve(&self, base: Option<Handle>, path: &[u8], follow: bool) -> Result<(Handle, InodeData)> {
+        let mut links = 0;
+        let mut base = base;
+        let mut path = path.to_vec();
+        loop {
+            let p = self.resolve_parent_counted(base, &path, &mut links)?;
+            let Some(name) = p.name else { return Ok((p.dir, p.dir_data)) };
+            let (h, d) = self.lookup_child(p.dir.ino, &name)?.ok_or(Error::ENOENT)?;
+            if d.is_symlink() && (follow || p.trailing_slash) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(Error::ELOOP);
+                }
+                path = self.readlink_data(h.ino, &d)?;
+                if p.trailing_slash {
+                    path.push(b'/');
+                }
+                base = Some(p.dir);
+                continue;
+            }
+            if p.trailing_slash && !d.is_dir() {
+                return Err(Error::ENOTDIR);
+            }
+            return Ok((h, d));
+        }
+    }
+}

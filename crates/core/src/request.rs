@@ -1,0 +1,73 @@
+//! What a client asks the server, and what it gets back. Both transports carry these.
+
+/// A reference to an inode that survives reuse of its slot: the generation must match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle {
+    pub ino: u64,
+    pub generation: u32,
+}
+
+/// A time to set: now, or an exact value in nanoseconds since the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    Ns(i64),
+}
+
+/// Attribute changes; `None` leaves a field alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Create a regular file (or return the existing entry unless `excl`).
+    Create { parent: Handle, name: Vec<u8>, mode: u32, excl: bool },
+    Mkdir { parent: Handle, name: Vec<u8>, mode: u32 },
+    Symlink { parent: Handle, name: Vec<u8>, target: Vec<u8> },
+    Link { target: Handle, parent: Handle, name: Vec<u8> },
+    /// Remove a name; `dir` selects rmdir semantics.
+    Unlink { parent: Handle, name: Vec<u8>, dir: bool },
+    Rename { from: Handle, from_name: Vec<u8>, to: Handle, to_name: Vec<u8>, flags: u32 },
+    SetAttr { target: Handle, attr: SetAttr },
+    Fallocate { target: Handle, offset: u64, len: u64, keep_size: bool },
+    /// Reserve up to `pages` data pages for this client's copy-on-write.
+    Reserve { pages: u64 },
+    /// Give reserved pages back.
+    Unreserve { pages: Vec<u64> },
+    /// Publish pages written by the client: file page number → reserved data page, and the
+    /// new end of the written range (the size grows to it if it is larger).
+    CommitWrite { target: Handle, pages: Vec<(u64, u64)>, end: u64 },
+    Open { target: Handle },
+    Close { target: Handle },
+    Statfs,
+    Sync,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    Done,
+    /// A new or existing inode; `created` says which.
+    Entry { handle: Handle, created: bool },
+    Pages(Vec<u64>),
+    StatFs(StatFs),
+}

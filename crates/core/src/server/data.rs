@@ -1,0 +1,309 @@
+//! Data-side requests: page reservations, write commits, truncate, fallocate, attributes.
+
+use super::{ClientId, Server};
+use crate::alloc::Item;
+use crate::error::{Error, Result};
+use crate::index::{self, MAX_FILE_SIZE};
+use crate::inode::{InodeData, field};
+use crate::layout::{Geometry, PAGE};
+use crate::oplog::Entry;
+use crate::perm::{self, Creds, W};
+use crate::request::{Handle, Response, SetAttr, SetTime};
+use engram_pmem::Pool;
+use std::collections::HashSet;
+
+/// Most pages one reservation request hands out.
+const MAX_RESERVE: u64 = 4096;
+
+/// Zero the bytes in `[from, to)` of pages the file already has: they lie beyond the end of
+/// file (invisible), but may hold old bytes that must read as zeros once the size grows.
+/// Non-temporal stores; the caller fences.
+pub fn zero_range_beyond_eof(pool: &Pool, geo: &Geometry, d: &InodeData, from: u64, to: u64) -> Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    index::for_each_page(pool, geo, d.root, d.height, from / PAGE, to.div_ceil(PAGE), &mut |pg, page| {
+        let start = (pg * PAGE).max(from);
+        let end = ((pg + 1) * PAGE).min(to);
+        pool.zero_nt(page + start - pg * PAGE, end - start);
+    })
+}
+
+impl Server {
+    pub(super) fn reserve(&mut self, client: ClientId, want: u64) -> Result<Response> {
+        let want = want.clamp(1, MAX_RESERVE);
+        let mut pages = Vec::new();
+        loop {
+            self.alloc.alloc_data_pages(want, &mut pages);
+            if !pages.is_empty() || !self.make_room() {
+                break;
+            }
+        }
+        if pages.is_empty() {
+            return Err(Error::with_msg(libc::ENOSPC, "no free data pages"));
+        }
+        self.reservations.entry(client).or_default().extend(pages.iter().copied());
+        Ok(Response::Pages(pages))
+    }
+
+    pub(super) fn unreserve(&mut self, client: ClientId, pages: &[u64]) -> Result<Response> {
+        let set = self.reservations.entry(client).or_default();
+        if pages.iter().any(|p| !set.contains(p)) {
+            return Err(Error::with_msg(libc::EINVAL, "page not reserved by this client"));
+        }
+        for p in pages {
+            set.remove(p);
+            self.alloc.release_now(Item::DataPage(*p));
+        }
+        Ok(Response::Done)
+    }
+
+    pub(super) fn commit_write(&mut self, client: ClientId, h: Handle, pages: &[(u64, u64)], end: u64) -> Result<Response> {
+        let d = self.inode(h)?;
+        if d.is_dir() {
+            return Err(Error::EISDIR);
+        }
+        if !d.is_reg() {
+            return Err(Error::EINVAL);
+        }
+        if end > MAX_FILE_SIZE {
+            return Err(Error::EFBIG);
+        }
+        let owned = self.reservations.get(&client);
+        let mut seen = HashSet::new();
+        for &(pg, page) in pages {
+            if pg >= MAX_FILE_SIZE / PAGE || !seen.insert(pg) || !owned.is_some_and(|s| s.contains(&page)) {
+                return Err(Error::with_msg(libc::EINVAL, "write commit names a page it does not own"));
+            }
+        }
+        let mut out = Vec::new();
+        let (plan, nodes) = self.plan_index(&d, pages)?;
+        self.push_plan(h.ino, &d, &plan, &mut out);
+        let new_blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;
+        if new_blocks != d.blocks {
+            out.push(self.set64(h.ino, field::BLOCKS, new_blocks));
+        }
+        if end > d.size {
+            out.push(self.set64(h.ino, field::SIZE, end));
+        }
+        let now = self.now();
+        self.touch(h.ino, now, &mut out);
+        if let Err(e) = self.commit(&out, &[h.ino]) {
+            self.release_nodes(nodes);
+            return Err(e);
+        }
+        if let Some(set) = self.reservations.get_mut(&client) {
+            for (_, p) in pages {
+                set.remove(p);
+            }
+        }
+        let old: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
+        self.retire(&old);
+        Ok(Response::Done)
+    }
+
+    /// Plan an index update, allocating (zeroed) nodes; returns the nodes to release on failure.
+    fn plan_index(&mut self, d: &InodeData, pages: &[(u64, u64)]) -> Result<(index::Plan, Vec<u64>)> {
+        let max_pg = pages.iter().map(|p| p.0).max().unwrap_or(0);
+        // Worst case: growing to the new height plus one path of nodes per page.
+        let worst = (index::height_for(max_pg) as u64 + 1) * (pages.len() as u64).clamp(1, 4);
+        self.ensure_meta(worst.min(self.geo.meta_pages))?;
+        let pool = self.pool.clone();
+        let alloc = &mut self.alloc;
+        let plan = index::plan_set(&pool, &self.geo, d.root, d.height, pages, &mut || {
+            alloc.alloc_meta_page().ok_or_else(|| Error::with_msg(libc::ENOSPC, "no free metadata pages"))
+        });
+        match plan {
+            Ok(p) => {
+                let nodes = p.new_nodes.clone();
+                Ok((p, nodes))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn release_nodes(&mut self, nodes: Vec<u64>) {
+        for n in nodes {
+            self.alloc.release_now(Item::MetaPage(n));
+        }
+    }
+
+    /// The stores of an index plan, including the inode's root and height if they change.
+    fn push_plan(&self, ino: u64, d: &InodeData, plan: &index::Plan, out: &mut Vec<Entry>) {
+        out.extend(index::coalesce(plan.words.clone()));
+        if plan.root != d.root {
+            out.push(self.set64(ino, field::ROOT, plan.root));
+        }
+        if plan.height != d.height {
+            out.push(self.set32(ino, field::HEIGHT, plan.height));
+        }
+    }
+
+    pub(super) fn setattr(&mut self, c: &Creds, h: Handle, a: SetAttr) -> Result<Response> {
+        let d = self.inode(h)?;
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut retired = Vec::new();
+        let mut mode = d.mode;
+        if let Some(m) = a.mode {
+            if !c.owns(&d) {
+                return Err(Error::EPERM);
+            }
+            mode = (d.mode & libc::S_IFMT) | (m & 0o7777);
+            if !c.is_root() && !c.in_group(d.gid) {
+                mode &= !libc::S_ISGID;
+            }
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            let uid = a.uid.unwrap_or(d.uid);
+            let gid = a.gid.unwrap_or(d.gid);
+            if !c.is_root() && (uid != d.uid || c.uid != d.uid || (gid != d.gid && !c.in_group(gid))) {
+                return Err(Error::EPERM);
+            }
+            if uid != d.uid || gid != d.gid {
+                // As Linux does: a change of owner clears set-user-ID and set-group-ID.
+                if !d.is_dir() {
+                    mode &= !libc::S_ISUID;
+                    if mode & libc::S_IXGRP != 0 {
+                        mode &= !libc::S_ISGID;
+                    }
+                }
+                out.push(self.set32(h.ino, field::UID, uid));
+                out.push(self.set32(h.ino, field::GID, gid));
+            }
+        }
+        if mode != d.mode {
+            out.push(self.set32(h.ino, field::MODE, mode));
+        }
+        for (t, f) in [(a.atime, field::ATIME), (a.mtime, field::MTIME)] {
+            match t {
+                None => {}
+                Some(SetTime::Now) => {
+                    if !c.owns(&d) {
+                        perm::check(c, &d, W)?;
+                    }
+                    out.push(self.set64(h.ino, f, now as u64));
+                }
+                Some(SetTime::Ns(ns)) => {
+                    if !c.owns(&d) {
+                        return Err(Error::EPERM);
+                    }
+                    out.push(self.set64(h.ino, f, ns as u64));
+                }
+            }
+        }
+        if let Some(size) = a.size {
+            if d.is_dir() {
+                return Err(Error::EISDIR);
+            }
+            if !d.is_reg() {
+                return Err(Error::EINVAL);
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(Error::EFBIG);
+            }
+            perm::check(c, &d, W)?;
+            retired = self.stage_truncate(h.ino, &d, size, &mut out)?;
+            if a.mtime.is_none() {
+                out.push(self.set64(h.ino, field::MTIME, now as u64));
+            }
+        }
+        out.push(self.set64(h.ino, field::CTIME, now as u64));
+        self.commit(&out, &[h.ino])?;
+        self.retire(&retired);
+        Ok(Response::Done)
+    }
+
+    /// Stores that change the size to `size`, and what to retire after the commit.
+    fn stage_truncate(&mut self, ino: u64, d: &InodeData, size: u64, out: &mut Vec<Entry>) -> Result<Vec<Item>> {
+        let mut retired = Vec::new();
+        if size < d.size {
+            let plan = index::plan_truncate(&self.pool, &self.geo, d.root, d.height, size.div_ceil(PAGE))?;
+            self.push_plan(ino, d, &plan, out);
+            if !plan.old_pages.is_empty() {
+                out.push(self.set64(ino, field::BLOCKS, d.blocks - plan.old_pages.len() as u64));
+            }
+            retired.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
+            retired.extend(plan.old_nodes.iter().map(|&p| Item::MetaPage(p)));
+        } else if size > d.size {
+            zero_range_beyond_eof(&self.pool, &self.geo, d, d.size, size)?;
+            self.pool.fence();
+        }
+        if size != d.size {
+            out.push(self.set64(ino, field::SIZE, size));
+        }
+        Ok(retired)
+    }
+
+    pub(super) fn fallocate(&mut self, h: Handle, offset: u64, len: u64, keep_size: bool) -> Result<Response> {
+        let d = self.inode(h)?;
+        if d.is_dir() {
+            return Err(Error::EISDIR);
+        }
+        if !d.is_reg() {
+            return Err(Error::ENODEV);
+        }
+        if len == 0 {
+            return Err(Error::EINVAL);
+        }
+        let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Error::EFBIG)?;
+        let mut holes = Vec::new();
+        for pg in offset / PAGE..end.div_ceil(PAGE) {
+            if index::lookup(&self.pool, &self.geo, d.root, d.height, pg)? == 0 {
+                holes.push(pg);
+            }
+        }
+        if holes.len() as u64 > self.alloc.data.free() + self.alloc.pending() as u64 {
+            return Err(Error::ENOSPC);
+        }
+        let mut pages = Vec::new();
+        while (pages.len()) < holes.len() {
+            let before = pages.len();
+            self.alloc.alloc_data_pages((holes.len() - pages.len()) as u64, &mut pages);
+            if pages.len() == before && !self.make_room() {
+                for p in pages {
+                    self.alloc.release_now(Item::DataPage(p));
+                }
+                return Err(Error::ENOSPC);
+            }
+        }
+        for &p in &pages {
+            self.pool.zero_nt(p, PAGE);
+        }
+        if !keep_size && end > d.size {
+            zero_range_beyond_eof(&self.pool, &self.geo, &d, d.size, end)?;
+        }
+        self.pool.fence();
+        let updates: Vec<(u64, u64)> = holes.iter().copied().zip(pages.iter().copied()).collect();
+        let mut out = Vec::new();
+        let planned = self.plan_index(&d, &updates);
+        let (plan, nodes) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                for p in pages {
+                    self.alloc.release_now(Item::DataPage(p));
+                }
+                return Err(e);
+            }
+        };
+        self.push_plan(h.ino, &d, &plan, &mut out);
+        if !pages.is_empty() {
+            out.push(self.set64(h.ino, field::BLOCKS, d.blocks + pages.len() as u64));
+        }
+        let now = self.now();
+        if !keep_size && end > d.size {
+            out.push(self.set64(h.ino, field::SIZE, end));
+            self.touch(h.ino, now, &mut out);
+        } else {
+            out.push(self.set64(h.ino, field::CTIME, now as u64));
+        }
+        if let Err(e) = self.commit(&out, &[h.ino]) {
+            self.release_nodes(nodes);
+            for p in pages {
+                self.alloc.release_now(Item::DataPage(p));
+            }
+            return Err(e);
+        }
+        Ok(Response::Done)
+    }
+}

@@ -1,0 +1,379 @@
+//! The server: the only writer of metadata, the log and the allocator.
+//!
+//! Requests are applied one at a time (the transport serialises them). Every change is a
+//! log record of absolute stores: structures it makes reachable are initialised and
+//! persisted first, the record is persisted, then applied in place under the sequence
+//! counters of the inodes it touches, so lock-free readers retry instead of seeing half.
+
+mod data;
+mod fsck;
+pub use fsck::FsckReport;
+mod namespace;
+
+use crate::alloc::{Allocator, Item};
+use crate::epoch::{Epochs, SeqTable};
+use crate::error::{Error, Result};
+use crate::inode::{self, InodeData, field};
+use crate::layout::{Geometry, Superblock, now_ns};
+use crate::oplog::{self, Entry, Log, LogHead};
+use crate::perm::Creds;
+use crate::request::{Handle, Request, Response, StatFs};
+use engram_pmem::Pool;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+pub use data::zero_range_beyond_eof;
+pub use namespace::{check_name, ftype_of};
+
+/// Identifies a client (a process, or the in-process client) to the server.
+pub type ClientId = u64;
+
+/// State shared by the server and the clients' lock-free readers.
+pub struct Shared {
+    pub epochs: Epochs,
+    pub seqs: SeqTable,
+}
+
+pub struct Server {
+    pool: Arc<Pool>,
+    geo: Geometry,
+    sb: Superblock,
+    log: Log,
+    alloc: Allocator,
+    shared: Arc<Shared>,
+    /// Number of checkpoints taken since the pool was opened.
+    checkpoints: u64,
+    /// Open handles per inode, for files that stay alive after their last name is removed.
+    open: HashMap<u64, u32>,
+    reservations: HashMap<ClientId, HashSet<u64>>,
+    /// Set by `shutdown`: the pool is marked clean and takes no more requests.
+    closed: bool,
+}
+
+impl Server {
+    /// Take over an opened (and, if needed, recovered) pool. Marks it in use.
+    pub fn start(pool: Arc<Pool>, mut sb: Superblock, alloc: Allocator, head: LogHead, shared: Arc<Shared>) -> Server {
+        sb.clean = 0;
+        sb.log_head = head.head;
+        sb.log_head_seq = head.seq;
+        sb.store(&pool);
+        let geo = sb.geometry;
+        Server {
+            log: Log::new(&geo, head),
+            pool,
+            geo,
+            sb,
+            alloc,
+            shared,
+            checkpoints: 0,
+            open: HashMap::new(),
+            reservations: HashMap::new(),
+            closed: false,
+        }
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// Inodes that are open but have no name left (legitimate orphans while mounted).
+    pub fn open_inodes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.open.keys().copied()
+    }
+
+    /// Pages reserved by clients and not yet committed.
+    pub fn reserved_pages(&self) -> impl Iterator<Item = u64> + '_ {
+        self.reservations.values().flatten().copied()
+    }
+
+    pub fn handle(&mut self, client: ClientId, creds: &Creds, req: Request) -> Result<Response> {
+        if self.closed {
+            return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
+        }
+        match req {
+            Request::Create { parent, name, mode, excl } => self.create(creds, parent, &name, mode, excl),
+            Request::Mkdir { parent, name, mode } => self.mkdir(creds, parent, &name, mode),
+            Request::Symlink { parent, name, target } => self.symlink(creds, parent, &name, &target),
+            Request::Link { target, parent, name } => self.link(creds, target, parent, &name),
+            Request::Unlink { parent, name, dir } => self.unlink(creds, parent, &name, dir),
+            Request::Rename { from, from_name, to, to_name, flags } => {
+                self.rename(creds, from, &from_name, to, &to_name, flags)
+            }
+            Request::SetAttr { target, attr } => self.setattr(creds, target, attr),
+            Request::Fallocate { target, offset, len, keep_size } => self.fallocate(target, offset, len, keep_size),
+            Request::Reserve { pages } => self.reserve(client, pages),
+            Request::Unreserve { pages } => self.unreserve(client, &pages),
+            Request::CommitWrite { target, pages, end } => self.commit_write(client, target, &pages, end),
+            Request::Open { target } => {
+                self.inode(target)?;
+                *self.open.entry(target.ino).or_default() += 1;
+                Ok(Response::Done)
+            }
+            Request::Close { target } => self.close(target),
+            Request::Statfs => Ok(Response::StatFs(self.statfs())),
+            Request::Sync => {
+                self.pool.fence();
+                Ok(Response::Done)
+            }
+        }
+    }
+
+    fn statfs(&self) -> StatFs {
+        StatFs {
+            block_size: crate::layout::PAGE,
+            blocks: self.geo.data_pages,
+            blocks_free: self.alloc.data.free(),
+            files: self.geo.inode_count - 1,
+            files_free: self.alloc.inodes.free(),
+            name_max: crate::dir::NAME_MAX as u64,
+        }
+    }
+
+    // ------------------------------------------------------------------ commit machinery
+
+    /// Log, then apply, a record. Everything it makes reachable must already be persisted.
+    pub(crate) fn commit(&mut self, entries: &[Entry], inos: &[u64]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let len = Log::record_len(entries);
+        if self.log.needs_checkpoint(len) {
+            self.checkpoint();
+        }
+        self.log.append(&self.pool, entries)?;
+        let mut touched: Vec<u64> = inos.iter().copied().filter(|&i| i != 0).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        for &i in &touched {
+            self.shared.seqs.write_begin(i);
+        }
+        oplog::apply_all(&self.pool, entries);
+        for &i in &touched {
+            self.shared.seqs.write_end(i);
+        }
+        Ok(())
+    }
+
+    /// Make every applied record redundant: persist in-place updates, move the log head.
+    pub fn checkpoint(&mut self) {
+        self.pool.fence();
+        let head = self.log.checkpoint();
+        self.sb.log_head = head.head;
+        self.sb.log_head_seq = head.seq;
+        self.sb.store(&self.pool);
+        self.checkpoints += 1;
+        self.reclaim();
+    }
+
+    fn reclaim(&mut self) -> usize {
+        let safe = self.shared.epochs.safe_epoch();
+        self.alloc.reclaim(safe, self.checkpoints)
+    }
+
+    /// Free space held by retired items: checkpoint so that logged structures may be reused,
+    /// then reclaim what no reader holds. Returns whether anything came free.
+    fn make_room(&mut self) -> bool {
+        if self.alloc.pending() == 0 {
+            return false;
+        }
+        self.checkpoint();
+        for _ in 0..100 {
+            if self.reclaim() > 0 {
+                return true;
+            }
+            // A reader may be pinned for a moment.
+            std::thread::yield_now();
+        }
+        false
+    }
+
+    pub(crate) fn retire(&mut self, items: &[Item]) {
+        if items.is_empty() {
+            return;
+        }
+        let tag = self.shared.epochs.retire_tag();
+        for &it in items {
+            self.alloc.retire(it, tag, self.checkpoints);
+        }
+        if self.alloc.pending() > 4096 {
+            self.reclaim();
+        }
+    }
+
+    pub(crate) fn alloc_inode(&mut self) -> Result<u64> {
+        loop {
+            if let Some(i) = self.alloc.alloc_inode() {
+                return Ok(i);
+            }
+            if !self.make_room() {
+                return Err(Error::with_msg(libc::ENOSPC, "no free inodes"));
+            }
+        }
+    }
+
+    /// Make sure `n` metadata pages can be allocated without making room midway.
+    pub(crate) fn ensure_meta(&mut self, n: u64) -> Result<()> {
+        while self.alloc.meta.free() < n {
+            if !self.make_room() {
+                return Err(Error::with_msg(libc::ENOSPC, "no free metadata pages"));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn alloc_meta(&mut self) -> Result<u64> {
+        self.ensure_meta(1)?;
+        self.alloc.alloc_meta_page().ok_or(Error::ENOSPC)
+    }
+
+    // ------------------------------------------------------------------ inode helpers
+
+    pub(crate) fn read_inode(&self, ino: u64) -> InodeData {
+        inode::read(&self.pool, &self.geo, ino)
+    }
+
+    /// Validate a client's handle: in range, live, same generation.
+    pub(crate) fn inode(&self, h: Handle) -> Result<InodeData> {
+        if h.ino == 0 || h.ino >= self.geo.inode_count {
+            return Err(Error::with_msg(libc::ESTALE, format!("inode {} is out of range", h.ino)));
+        }
+        let d = self.read_inode(h.ino);
+        if d.is_free() || d.generation != h.generation {
+            return Err(Error::ESTALE);
+        }
+        Ok(d)
+    }
+
+    pub(crate) fn dir_inode(&self, h: Handle) -> Result<InodeData> {
+        let d = self.inode(h)?;
+        if !d.is_dir() {
+            return Err(Error::ENOTDIR);
+        }
+        if d.nlink == 0 {
+            return Err(Error::ENOENT);
+        }
+        Ok(d)
+    }
+
+    pub(crate) fn field(&self, ino: u64, f: u64) -> u64 {
+        self.geo.inode_addr(ino) + f
+    }
+
+    pub(crate) fn set32(&self, ino: u64, f: u64, v: u32) -> Entry {
+        Entry::set32(self.field(ino, f), v)
+    }
+
+    pub(crate) fn set64(&self, ino: u64, f: u64, v: u64) -> Entry {
+        Entry::set64(self.field(ino, f), v)
+    }
+
+    /// mtime and ctime of a directory (or file) to `now`.
+    pub(crate) fn touch(&self, ino: u64, now: i64, out: &mut Vec<Entry>) {
+        out.push(Entry::Seq { off: self.field(ino, field::MTIME), count: 2, start: now as u64, step: 0 });
+    }
+
+    /// Everything an inode holds, for retiring when it is freed.
+    pub(crate) fn content_items(&self, d: &InodeData) -> Result<Vec<Item>> {
+        let mut items = Vec::new();
+        if d.is_reg() {
+            let mut pages = Vec::new();
+            crate::index::walk(
+                &self.pool,
+                &self.geo,
+                d.root,
+                d.height,
+                &mut |n| items.push(Item::MetaPage(n)),
+                &mut |_, p| pages.push(Item::DataPage(p)),
+            )?;
+            items.extend(pages);
+        } else if d.is_dir() {
+            crate::dir::walk(&self.pool, &self.geo, d.root, &mut |p| items.push(Item::MetaPage(p)), &mut |_| {})?;
+        } else if d.is_symlink() && d.root != 0 {
+            items.push(Item::MetaPage(d.root));
+        }
+        Ok(items)
+    }
+
+    /// Log an inode's slot free (into `out`) and return what to retire once that commits.
+    pub(crate) fn stage_free(&self, ino: u64, out: &mut Vec<Entry>) -> Result<Vec<Item>> {
+        let d = self.read_inode(ino);
+        let mut items = self.content_items(&d)?;
+        items.push(Item::Inode(ino));
+        out.push(self.set32(ino, field::MODE, 0));
+        Ok(items)
+    }
+
+    /// Free an inode that has no name and no open handle left.
+    pub(crate) fn free_inode(&mut self, ino: u64) -> Result<()> {
+        let mut out = Vec::new();
+        let items = self.stage_free(ino, &mut out)?;
+        self.commit(&out, &[ino])?;
+        self.retire(&items);
+        Ok(())
+    }
+
+    fn close(&mut self, h: Handle) -> Result<Response> {
+        let d = self.inode(h)?;
+        let count = self.open.get_mut(&h.ino).ok_or(Error::EBADF)?;
+        *count -= 1;
+        if *count == 0 {
+            self.open.remove(&h.ino);
+            if d.nlink == 0 {
+                self.free_inode(h.ino)?;
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    pub(crate) fn is_open(&self, ino: u64) -> bool {
+        self.open.contains_key(&ino)
+    }
+
+    /// A client is gone: give back its reservations.
+    pub fn disconnect(&mut self, client: ClientId) {
+        if let Some(pages) = self.reservations.remove(&client) {
+            for p in pages {
+                self.alloc.release_now(Item::DataPage(p));
+            }
+        }
+    }
+
+    /// Unmount: free orphans, return reservations, checkpoint, write the bitmaps, mark clean.
+    pub fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let orphans: Vec<u64> = self.open.drain().map(|(i, _)| i).collect();
+        for ino in orphans {
+            let d = self.read_inode(ino);
+            if !d.is_free() && d.nlink == 0 {
+                self.free_inode(ino)?;
+            }
+        }
+        let clients: Vec<ClientId> = self.reservations.keys().copied().collect();
+        for c in clients {
+            self.disconnect(c);
+        }
+        self.checkpoint();
+        // No reader is left: everything retired is free.
+        self.alloc.reclaim(u64::MAX, u64::MAX);
+        self.alloc.store(&self.pool);
+        self.pool.fence();
+        self.sb.clean = 1;
+        self.sb.store(&self.pool);
+        self.closed = true;
+        Ok(())
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        now_ns()
+    }
+}

@@ -1,0 +1,480 @@
+//! Namespace operations: create, mkdir, symlink, link, unlink, rmdir, rename.
+
+use super::Server;
+use crate::alloc::Item;
+use crate::dir::{self, Dentry, Space};
+use crate::error::{Error, Result};
+use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, field};
+use crate::oplog::Entry;
+use crate::perm::{self, Creds, W, X};
+use crate::request::{Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, Response};
+use std::collections::BTreeMap;
+
+pub const LINK_MAX: u32 = 65000;
+
+/// A name is one path component: 1..=255 bytes, no '/' or NUL, not "." or "..".
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > dir::NAME_MAX {
+        return Err(Error::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::with_msg(libc::EINVAL, "invalid file name"));
+    }
+    if name == b"." || name == b".." {
+        return Err(Error::EEXIST);
+    }
+    Ok(())
+}
+
+/// d_type of an inode mode.
+pub fn ftype_of(mode: u32) -> u8 {
+    match mode & S_IFMT {
+        S_IFDIR => libc::DT_DIR,
+        S_IFLNK => libc::DT_LNK,
+        _ => libc::DT_REG,
+    }
+}
+
+/// Where a staged entry goes.
+enum Place {
+    Leaf { leaf: u64, slot: u64 },
+    NewLeaf,
+}
+
+/// Per-directory counters a namespace operation changes, applied as absolute values.
+#[derive(Default)]
+struct DirChanges {
+    size: BTreeMap<u64, i64>,
+    nlink: BTreeMap<u64, i64>,
+}
+
+impl Server {
+    fn lookup(&self, d: &InodeData, name: &[u8]) -> Result<Option<Dentry>> {
+        dir::lookup(&self.pool, &self.geo, d.root, name)
+    }
+
+    /// Find room for each (directory, name) without staging anything; leaves that are full
+    /// are split first (each split is its own atomic record), then the search starts over.
+    fn find_places(&mut self, wants: &[(u64, &[u8])]) -> Result<Vec<Place>> {
+        'again: loop {
+            let mut claimed = Vec::new();
+            let mut places = Vec::new();
+            for &(dino, name) in wants {
+                let root = self.read_inode(dino).root;
+                match dir::find_space(&self.pool, &self.geo, root, name, &claimed)? {
+                    Space::Empty => places.push(Place::NewLeaf),
+                    Space::Free { leaf, slot } => {
+                        claimed.push((leaf, slot, dir::slots_for(name.len())));
+                        places.push(Place::Leaf { leaf, slot });
+                    }
+                    Space::Full(loc) => {
+                        self.ensure_meta(3)?;
+                        let root_field = self.field(dino, field::ROOT);
+                        let pool = self.pool.clone();
+                        let alloc = &mut self.alloc;
+                        let split = dir::split(&pool, loc, root_field, &mut || {
+                            alloc.alloc_meta_page().ok_or(Error::ENOSPC)
+                        })?;
+                        self.pool.fence();
+                        self.commit(&split.publish, &[dino])?;
+                        self.retire(&[Item::MetaPage(split.old_leaf)]);
+                        continue 'again;
+                    }
+                }
+            }
+            return Ok(places);
+        }
+    }
+
+    /// Write the entries found by `find_places` (unpublished) and return the stores that
+    /// publish them, plus fresh pages to release if the operation fails before its commit.
+    fn stage(
+        &mut self,
+        wants: &[(u64, &[u8], u64, u8)],
+        places: Vec<Place>,
+        out: &mut Vec<Entry>,
+        fresh: &mut Vec<Item>,
+    ) -> Result<()> {
+        for (&(dino, name, ino, ftype), place) in wants.iter().zip(places) {
+            match place {
+                Place::Leaf { leaf, slot } => out.push(dir::stage_entry(&self.pool, leaf, slot, name, ino, ftype)),
+                Place::NewLeaf => {
+                    let page = self.alloc_meta()?;
+                    fresh.push(Item::MetaPage(page));
+                    dir::init_first_leaf(&self.pool, page, name, ino, ftype);
+                    out.push(self.set64(dino, field::ROOT, page | dir::LEAF_TAG));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, fresh: Vec<Item>) {
+        for it in fresh {
+            self.alloc.release_now(it);
+        }
+    }
+
+    /// Allocate and initialise (unpublished) a new inode.
+    fn new_inode(&mut self, c: &Creds, parent: (u64, &InodeData), mode: u32, now: i64) -> Result<(Handle, InodeData)> {
+        let ino = self.alloc_inode()?;
+        let old = self.read_inode(ino);
+        let (pino, p) = parent;
+        let mut mode = mode;
+        let gid = if p.mode & libc::S_ISGID != 0 {
+            if mode & S_IFMT == S_IFDIR {
+                mode |= libc::S_ISGID;
+            }
+            p.gid
+        } else {
+            c.gid
+        };
+        let d = InodeData {
+            mode,
+            nlink: if mode & S_IFMT == S_IFDIR { 2 } else { 1 },
+            uid: c.uid,
+            gid,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            root: 0,
+            height: 0,
+            generation: old.generation.wrapping_add(1),
+            blocks: 0,
+            parent: pino,
+        };
+        let mut rec = [0u8; 128];
+        rec[..80].copy_from_slice(&d.encode());
+        let at = self.geo.inode_addr(ino);
+        self.pool.write(at, &rec);
+        self.pool.flush(at, 128);
+        Ok((Handle { ino, generation: d.generation }, d))
+    }
+
+    /// Shared body of create, mkdir and symlink.
+    fn make_node(&mut self, c: &Creds, parent: Handle, name: &[u8], mode: u32, target: Option<&[u8]>) -> Result<Handle> {
+        check_name(name)?;
+        let p = self.dir_inode(parent)?;
+        if self.lookup(&p, name)?.is_some() {
+            return Err(Error::EEXIST);
+        }
+        perm::check(c, &p, W | X)?;
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        if is_dir && p.nlink >= LINK_MAX {
+            return Err(Error::EMLINK);
+        }
+        let places = self.find_places(&[(parent.ino, name)])?;
+        let now = self.now();
+        let mut fresh = Vec::new();
+        let result = (|| {
+            let (h, mut d) = self.new_inode(c, (parent.ino, &p), mode, now)?;
+            fresh.push(Item::Inode(h.ino));
+            if let Some(t) = target {
+                self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?;
+            }
+            let mut out = Vec::new();
+            self.stage(&[(parent.ino, name, h.ino, ftype_of(mode))], places, &mut out, &mut fresh)?;
+            self.pool.fence();
+            out.push(self.set64(parent.ino, field::SIZE, p.size + 1));
+            if is_dir {
+                out.push(self.set32(parent.ino, field::NLINK, p.nlink + 1));
+            }
+            self.touch(parent.ino, now, &mut out);
+            self.commit(&out, &[parent.ino, h.ino])?;
+            Ok(h)
+        })();
+        if result.is_err() {
+            self.release(fresh);
+        }
+        result
+    }
+
+    fn stage_symlink_target(&mut self, ino: u64, d: &mut InodeData, t: &[u8], fresh: &mut Vec<Item>) -> Result<()> {
+        let at = self.geo.inode_addr(ino);
+        d.size = t.len() as u64;
+        if t.len() as u64 <= field::INLINE_LEN {
+            self.pool.write(at + field::INLINE, t);
+        } else {
+            let page = self.alloc_meta()?;
+            fresh.push(Item::MetaPage(page));
+            let mut img = vec![0u8; crate::layout::PAGE as usize];
+            img[..t.len()].copy_from_slice(t);
+            self.pool.copy_nt(page, &img);
+            d.root = page;
+        }
+        self.pool.write(at, &d.encode());
+        self.pool.flush(at, 128);
+        Ok(())
+    }
+
+    pub(super) fn create(&mut self, c: &Creds, parent: Handle, name: &[u8], mode: u32, excl: bool) -> Result<Response> {
+        check_name(name)?;
+        let p = self.dir_inode(parent)?;
+        if let Some(d) = self.lookup(&p, name)? {
+            if excl {
+                return Err(Error::EEXIST);
+            }
+            let e = self.read_inode(d.ino);
+            return Ok(Response::Entry { handle: Handle { ino: d.ino, generation: e.generation }, created: false });
+        }
+        let handle = self.make_node(c, parent, name, S_IFREG | (mode & 0o7777), None)?;
+        Ok(Response::Entry { handle, created: true })
+    }
+
+    pub(super) fn mkdir(&mut self, c: &Creds, parent: Handle, name: &[u8], mode: u32) -> Result<Response> {
+        let handle = self.make_node(c, parent, name, S_IFDIR | (mode & 0o7777), None)?;
+        Ok(Response::Entry { handle, created: true })
+    }
+
+    pub(super) fn symlink(&mut self, c: &Creds, parent: Handle, name: &[u8], target: &[u8]) -> Result<Response> {
+        if target.is_empty() {
+            return Err(Error::ENOENT);
+        }
+        if target.len() >= libc::PATH_MAX as usize || target.contains(&0) {
+            return Err(Error::ENAMETOOLONG);
+        }
+        let handle = self.make_node(c, parent, name, S_IFLNK | 0o777, Some(target))?;
+        Ok(Response::Entry { handle, created: true })
+    }
+
+    pub(super) fn link(&mut self, c: &Creds, target: Handle, parent: Handle, name: &[u8]) -> Result<Response> {
+        check_name(name)?;
+        let t = self.inode(target)?;
+        let p = self.dir_inode(parent)?;
+        if t.is_dir() {
+            return Err(Error::EPERM);
+        }
+        if self.lookup(&p, name)?.is_some() {
+            return Err(Error::EEXIST);
+        }
+        perm::check(c, &p, W | X)?;
+        if t.nlink == 0 {
+            return Err(Error::ENOENT);
+        }
+        if t.nlink >= LINK_MAX {
+            return Err(Error::EMLINK);
+        }
+        let places = self.find_places(&[(parent.ino, name)])?;
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut fresh = Vec::new();
+        if let Err(e) = self.stage(&[(parent.ino, name, target.ino, ftype_of(t.mode))], places, &mut out, &mut fresh) {
+            self.release(fresh);
+            return Err(e);
+        }
+        self.pool.fence();
+        out.push(self.set32(target.ino, field::NLINK, t.nlink + 1));
+        out.push(self.set64(target.ino, field::CTIME, now as u64));
+        out.push(self.set64(parent.ino, field::SIZE, p.size + 1));
+        self.touch(parent.ino, now, &mut out);
+        self.commit(&out, &[parent.ino, target.ino])?;
+        Ok(Response::Entry { handle: target, created: true })
+    }
+
+    /// Drop one name of `ino`; if that was its last name and nobody has it open, also free
+    /// it in the same record and return what to retire after the commit.
+    fn drop_link(&self, ino: u64, d: &InodeData, now: i64, out: &mut Vec<Entry>) -> Result<Vec<Item>> {
+        let nlink = if d.is_dir() { 0 } else { d.nlink.saturating_sub(1) };
+        out.push(self.set32(ino, field::NLINK, nlink));
+        out.push(self.set64(ino, field::CTIME, now as u64));
+        if nlink == 0 && !self.is_open(ino) { self.stage_free(ino, out) } else { Ok(Vec::new()) }
+    }
+
+    pub(super) fn unlink(&mut self, c: &Creds, parent: Handle, name: &[u8], rmdir: bool) -> Result<Response> {
+        if name == b"." {
+            return Err(Error::EINVAL);
+        }
+        if name == b".." {
+            return Err(Error::ENOTEMPTY);
+        }
+        check_name(name)?;
+        let p = self.dir_inode(parent)?;
+        let de = self.lookup(&p, name)?.ok_or(Error::ENOENT)?;
+        let t = self.read_inode(de.ino);
+        if rmdir {
+            if !t.is_dir() {
+                return Err(Error::ENOTDIR);
+            }
+            if t.size != 0 {
+                return Err(Error::ENOTEMPTY);
+            }
+        } else if t.is_dir() {
+            return Err(Error::EISDIR);
+        }
+        perm::check(c, &p, W | X)?;
+        perm::check_sticky(c, &p, &t)?;
+        let now = self.now();
+        let mut out = vec![dir::remove_entry(&de)];
+        out.push(self.set64(parent.ino, field::SIZE, p.size - 1));
+        if rmdir {
+            out.push(self.set32(parent.ino, field::NLINK, p.nlink - 1));
+        }
+        self.touch(parent.ino, now, &mut out);
+        let retired = self.drop_link(de.ino, &t, now, &mut out)?;
+        self.commit(&out, &[parent.ino, de.ino])?;
+        self.retire(&retired);
+        Ok(Response::Done)
+    }
+
+    /// True if `anc` is `ino` or one of its ancestors.
+    fn is_ancestor(&self, anc: u64, mut ino: u64) -> bool {
+        for _ in 0..self.geo.inode_count {
+            if ino == anc {
+                return true;
+            }
+            let parent = self.read_inode(ino).parent;
+            if ino == crate::layout::ROOT_INO || parent == ino || parent == 0 {
+                return false;
+            }
+            ino = parent;
+        }
+        false
+    }
+
+    pub(super) fn rename(
+        &mut self,
+        c: &Creds,
+        from: Handle,
+        fname: &[u8],
+        to: Handle,
+        tname: &[u8],
+        flags: u32,
+    ) -> Result<Response> {
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        if flags & !(RENAME_EXCHANGE | RENAME_NOREPLACE) != 0 || (exchange && flags & RENAME_NOREPLACE != 0) {
+            return Err(Error::EINVAL);
+        }
+        for n in [fname, tname] {
+            if n == b"." || n == b".." {
+                return Err(Error::EBUSY);
+            }
+            check_name(n)?;
+        }
+        let sp = self.dir_inode(from)?;
+        let dp = self.dir_inode(to)?;
+        let sd = self.lookup(&sp, fname)?.ok_or(Error::ENOENT)?;
+        let dd = self.lookup(&dp, tname)?;
+        if exchange && dd.is_none() {
+            return Err(Error::ENOENT);
+        }
+        if flags & RENAME_NOREPLACE != 0 && dd.is_some() {
+            return Err(Error::EEXIST);
+        }
+        perm::check(c, &sp, W | X)?;
+        perm::check(c, &dp, W | X)?;
+        let s = self.read_inode(sd.ino);
+        perm::check_sticky(c, &sp, &s)?;
+        if dd.as_ref().is_some_and(|d| d.ino == sd.ino) {
+            return Ok(Response::Done);
+        }
+        let d = dd.as_ref().map(|x| self.read_inode(x.ino));
+        if let Some(d) = &d {
+            perm::check_sticky(c, &dp, d)?;
+        }
+        let moving = from.ino != to.ino;
+        if s.is_dir() && moving {
+            if self.is_ancestor(sd.ino, to.ino) {
+                return Err(Error::EINVAL);
+            }
+            perm::check(c, &s, W)?;
+        }
+        if exchange && let (Some(dd), Some(d)) = (&dd, &d) {
+            if d.is_dir() && moving {
+                if self.is_ancestor(dd.ino, from.ino) {
+                    return Err(Error::EINVAL);
+                }
+                perm::check(c, d, W)?;
+            }
+        } else if let Some(d) = &d {
+            if s.is_dir() && !d.is_dir() {
+                return Err(Error::ENOTDIR);
+            }
+            if !s.is_dir() && d.is_dir() {
+                return Err(Error::EISDIR);
+            }
+            if d.is_dir() && d.size != 0 {
+                return Err(Error::ENOTEMPTY);
+            }
+        }
+        if s.is_dir() && moving && !exchange && d.is_none() && dp.nlink >= LINK_MAX {
+            return Err(Error::EMLINK);
+        }
+
+        let mut wants: Vec<(u64, &[u8])> = vec![(to.ino, tname)];
+        if exchange {
+            wants.push((from.ino, fname));
+        }
+        let places = self.find_places(&wants)?;
+        // Splits may have moved entries: look them up again.
+        let sp = self.read_inode(from.ino);
+        let dp = self.read_inode(to.ino);
+        let sd = self.lookup(&sp, fname)?.ok_or(Error::EIO)?;
+        let dd = self.lookup(&dp, tname)?;
+
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut fresh = Vec::new();
+        let mut staged = vec![(to.ino, tname, sd.ino, ftype_of(s.mode))];
+        if let (true, Some(dd), Some(d)) = (exchange, &dd, &d) {
+            staged.push((from.ino, fname, dd.ino, ftype_of(d.mode)));
+        }
+        if let Err(e) = self.stage(&staged, places, &mut out, &mut fresh) {
+            self.release(fresh);
+            return Err(e);
+        }
+        self.pool.fence();
+        out.push(dir::remove_entry(&sd));
+        if let Some(dd) = &dd {
+            out.push(dir::remove_entry(dd));
+        }
+
+        let mut ch = DirChanges::default();
+        let mut retired = Vec::new();
+        if !exchange {
+            *ch.size.entry(from.ino).or_default() -= 1;
+            *ch.size.entry(to.ino).or_default() += 1;
+            if s.is_dir() && moving {
+                *ch.nlink.entry(from.ino).or_default() -= 1;
+                *ch.nlink.entry(to.ino).or_default() += 1;
+                out.push(self.set64(sd.ino, field::PARENT, to.ino));
+            }
+            if let (Some(dd), Some(d)) = (&dd, &d) {
+                *ch.size.entry(to.ino).or_default() -= 1;
+                if d.is_dir() {
+                    *ch.nlink.entry(to.ino).or_default() -= 1;
+                }
+                retired = self.drop_link(dd.ino, d, now, &mut out)?;
+            }
+        } else if let (Some(dd), Some(d)) = (&dd, &d) {
+            if moving {
+                if s.is_dir() {
+                    *ch.nlink.entry(from.ino).or_default() -= 1;
+                    *ch.nlink.entry(to.ino).or_default() += 1;
+                    out.push(self.set64(sd.ino, field::PARENT, to.ino));
+                }
+                if d.is_dir() {
+                    *ch.nlink.entry(to.ino).or_default() -= 1;
+                    *ch.nlink.entry(from.ino).or_default() += 1;
+                    out.push(self.set64(dd.ino, field::PARENT, from.ino));
+                }
+            }
+            out.push(self.set64(dd.ino, field::CTIME, now as u64));
+        }
+        for (&ino, &delta) in &ch.size {
+            let cur = self.read_inode(ino).size as i64;
+            out.push(self.set64(ino, field::SIZE, (cur + delta) as u64));
+        }
+        for (&ino, &delta) in &ch.nlink {
+            let cur = self.read_inode(ino).nlink as i64;
+            out.push(self.set32(ino, field::NLINK, (cur + delta) as u32));
+        }
+        self.touch(from.ino, now, &mut out);
+        self.touch(to.ino, now, &mut out);
+        out.push(self.set64(sd.ino, field::CTIME, now as u64));
+        let inos = [from.ino, to.ino, sd.ino, dd.as_ref().map_or(0, |x| x.ino)];
+        self.commit(&out, &inos)?;
+        self.retire(&retired);
+        Ok(Response::Done)
+    }
+}
