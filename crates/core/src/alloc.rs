@@ -20,7 +20,12 @@ pub struct Bitmap {
 
 impl Bitmap {
     pub fn new(len: u64) -> Bitmap {
-        let mut b = Bitmap { words: vec![0; len.div_ceil(64) as usize], len, used: 0, hint: 0 };
+        let mut b = Bitmap {
+            words: vec![0; len.div_ceil(64) as usize],
+            len,
+            used: 0,
+            hint: 0,
+        };
         // Bits past the end are permanently "used" so that scans never return them.
         for i in len..b.words.len() as u64 * 64 {
             b.words[(i / 64) as usize] |= 1 << (i % 64);
@@ -121,7 +126,7 @@ impl Bitmap {
 }
 
 /// What a freed item is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Item {
     Inode(u64),
     MetaPage(u64),
@@ -198,7 +203,9 @@ impl Allocator {
     pub fn alloc_data_pages(&mut self, max: u64, out: &mut Vec<u64>) {
         let mut left = max;
         while left > 0 {
-            let Some((start, n)) = self.data.alloc_run(left) else { break };
+            let Some((start, n)) = self.data.alloc_run(left) else {
+                break;
+            };
             out.extend((start..start + n).map(|i| self.geo.data_off + i * PAGE));
             left -= n;
         }
@@ -212,7 +219,11 @@ impl Allocator {
     /// Free an item once readers pinned at `epoch` or earlier are gone and, for inodes and
     /// metadata pages, once the checkpoint after `checkpoint` has happened.
     pub fn retire(&mut self, item: Item, epoch: u64, checkpoint: u64) {
-        self.pending.push(Pending { item, epoch, checkpoint });
+        self.pending.push(Pending {
+            item,
+            epoch,
+            checkpoint,
+        });
     }
 
     pub fn pending(&self) -> usize {

@@ -39,10 +39,20 @@ impl Census {
             data: Bitmap::new(geo.data_pages),
             problems: Vec::new(),
         };
-        c.inodes.insert(ROOT_INO, Expected { links: 1, parent: ROOT_INO, ..Expected::default() });
+        c.inodes.insert(
+            ROOT_INO,
+            Expected {
+                links: 1,
+                parent: ROOT_INO,
+                ..Expected::default()
+            },
+        );
         let root = inode::read(pool, geo, ROOT_INO);
         if !root.is_dir() {
-            c.problems.push(format!("root inode is not a directory (mode {:o})", root.mode));
+            c.problems.push(format!(
+                "root inode is not a directory (mode {:o})",
+                root.mode
+            ));
             return c;
         }
         let mut queue = VecDeque::from([ROOT_INO]);
@@ -54,13 +64,26 @@ impl Census {
             let mut meta = Vec::new();
             let walked = dir::walk(pool, geo, d.root, &mut |p| meta.push(p), &mut |e| {
                 if e.ino == 0 || e.ino >= geo.inode_count {
-                    problems.push(format!("directory {dino}: entry {:?} points to invalid inode {}", lossy(&e.name), e.ino));
+                    problems.push(format!(
+                        "directory {dino}: entry {:?} points to invalid inode {}",
+                        lossy(&e.name),
+                        e.ino
+                    ));
                 } else if e.hash != dir::name_hash(&e.name) {
-                    problems.push(format!("directory {dino}: entry {:?} has a wrong hash", lossy(&e.name)));
+                    problems.push(format!(
+                        "directory {dino}: entry {:?} has a wrong hash",
+                        lossy(&e.name)
+                    ));
                 } else if crate::server::check_name(&e.name).is_err() {
-                    problems.push(format!("directory {dino}: invalid name {:?}", lossy(&e.name)));
+                    problems.push(format!(
+                        "directory {dino}: invalid name {:?}",
+                        lossy(&e.name)
+                    ));
                 } else if !names.insert(e.name.clone()) {
-                    problems.push(format!("directory {dino}: name {:?} appears twice", lossy(&e.name)));
+                    problems.push(format!(
+                        "directory {dino}: name {:?} appears twice",
+                        lossy(&e.name)
+                    ));
                 } else {
                     children.push((e.ino, e.ftype, e.name.clone()));
                 }
@@ -77,11 +100,17 @@ impl Census {
             for (ino, ftype, name) in children {
                 let child = inode::read(pool, geo, ino);
                 if child.is_free() {
-                    c.problems.push(format!("directory {dino}: entry {:?} points to free inode {ino}", lossy(&name)));
+                    c.problems.push(format!(
+                        "directory {dino}: entry {:?} points to free inode {ino}",
+                        lossy(&name)
+                    ));
                     continue;
                 }
                 if crate::server::ftype_of(child.mode) != ftype {
-                    c.problems.push(format!("directory {dino}: entry {:?} has the wrong file type", lossy(&name)));
+                    c.problems.push(format!(
+                        "directory {dino}: entry {:?} has the wrong file type",
+                        lossy(&name)
+                    ));
                 }
                 let first = !c.inodes.contains_key(&ino);
                 let exp = c.inodes.entry(ino).or_default();
@@ -92,7 +121,8 @@ impl Census {
                     if first {
                         queue.push_back(ino);
                     } else {
-                        c.problems.push(format!("directory inode {ino} has more than one name"));
+                        c.problems
+                            .push(format!("directory inode {ino} has more than one name"));
                     }
                 } else if first {
                     c.walk_content(pool, geo, ino, &child);
@@ -110,7 +140,14 @@ impl Census {
         if d.is_reg() {
             let mut nodes = Vec::new();
             let mut pages = Vec::new();
-            let r = index::walk(pool, geo, d.root, d.height, &mut |n| nodes.push(n), &mut |_, p| pages.push(p));
+            let r = index::walk(
+                pool,
+                geo,
+                d.root,
+                d.height,
+                &mut |n| nodes.push(n),
+                &mut |_, p| pages.push(p),
+            );
             if let Err(e) = r {
                 self.problems.push(format!("file {ino}: {e}"));
             }
@@ -120,27 +157,36 @@ impl Census {
             self.inodes.entry(ino).or_default().pages = pages.len() as u64;
             for p in pages {
                 if !self.data.set(geo.data_index(p)) {
-                    self.problems.push(format!("data page {p:#x} is used twice (again by inode {ino})"));
+                    self.problems.push(format!(
+                        "data page {p:#x} is used twice (again by inode {ino})"
+                    ));
                 }
             }
         } else if d.is_symlink() {
             if d.size == 0 || d.size >= libc::PATH_MAX as u64 {
-                self.problems.push(format!("symlink {ino} has an invalid length {}", d.size));
+                self.problems
+                    .push(format!("symlink {ino} has an invalid length {}", d.size));
             } else if d.size > field::INLINE_LEN {
                 if geo.is_meta_page(d.root) {
                     self.mark_meta(geo, d.root, ino);
                 } else {
-                    self.problems.push(format!("symlink {ino} points outside the metadata area"));
+                    self.problems
+                        .push(format!("symlink {ino} points outside the metadata area"));
                 }
             }
         } else if !d.is_dir() {
-            self.problems.push(format!("inode {ino} has an unknown file type (mode {:o})", d.mode));
+            self.problems.push(format!(
+                "inode {ino} has an unknown file type (mode {:o})",
+                d.mode
+            ));
         }
     }
 
     fn mark_meta(&mut self, geo: &Geometry, p: u64, owner: u64) {
         if !self.meta.set(geo.meta_index(p)) {
-            self.problems.push(format!("metadata page {p:#x} is used twice (again by inode {owner})"));
+            self.problems.push(format!(
+                "metadata page {p:#x} is used twice (again by inode {owner})"
+            ));
         }
     }
 

@@ -83,7 +83,9 @@ fn check_meta(geo: &Geometry, ptr: u64) -> Result<u64> {
     if geo.is_meta_page(p) {
         Ok(p)
     } else {
-        Err(Error::corrupt(format!("directory points outside the metadata area ({ptr:#x})")))
+        Err(Error::corrupt(format!(
+            "directory points outside the metadata area ({ptr:#x})"
+        )))
     }
 }
 
@@ -107,11 +109,20 @@ fn read_slot(pool: &Pool, leaf: u64, slot: u64) -> Option<Dentry> {
     if len > INLINE_NAME {
         name.extend_from_slice(pool.slice(leaf + (slot + 1) * 64, (len - INLINE_NAME) as u64));
     }
-    Some(Dentry { hash, ino, ftype, name, leaf, slot })
+    Some(Dentry {
+        hash,
+        ino,
+        ftype,
+        name,
+        leaf,
+        slot,
+    })
 }
 
 fn leaf_entries(pool: &Pool, leaf: u64) -> Vec<Dentry> {
-    (1..=SLOTS).filter_map(|s| read_slot(pool, leaf, s)).collect()
+    (1..=SLOTS)
+        .filter_map(|s| read_slot(pool, leaf, s))
+        .collect()
 }
 
 /// Find `name` in the directory whose root word is `root`.
@@ -141,7 +152,12 @@ pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Opt
 #[derive(Clone, Copy, Debug)]
 pub enum Parent {
     Root,
-    Node { node: u64, depth: u32, lo: u64, hi: u64 },
+    Node {
+        node: u64,
+        depth: u32,
+        lo: u64,
+        hi: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -174,7 +190,12 @@ fn find_leaf(pool: &Pool, geo: &Geometry, root: u64, hash: u64) -> Result<LeafLo
         while hi + 1 < FANOUT && pool.load_u64(page + (hi + 1) * 8) == child {
             hi += 1;
         }
-        parent = Parent::Node { node: page, depth, lo, hi };
+        parent = Parent::Node {
+            node: page,
+            depth,
+            lo,
+            hi,
+        };
         ptr = child;
         depth += 1;
     }
@@ -189,10 +210,19 @@ pub fn next_batch(pool: &Pool, geo: &Geometry, root: u64, cursor: u64) -> Result
     Ok(visit(pool, geo, root, 0, cursor)?.unwrap_or_default())
 }
 
-fn visit(pool: &Pool, geo: &Geometry, ptr: u64, depth: u32, cursor: u64) -> Result<Option<Vec<Dentry>>> {
+fn visit(
+    pool: &Pool,
+    geo: &Geometry,
+    ptr: u64,
+    depth: u32,
+    cursor: u64,
+) -> Result<Option<Vec<Dentry>>> {
     let page = check_meta(geo, ptr)?;
     if is_leaf(ptr) {
-        let mut v: Vec<Dentry> = leaf_entries(pool, page).into_iter().filter(|d| d.hash > cursor).collect();
+        let mut v: Vec<Dentry> = leaf_entries(pool, page)
+            .into_iter()
+            .filter(|d| d.hash > cursor)
+            .collect();
         v.sort_by(|a, b| a.hash.cmp(&b.hash).then_with(|| a.name.cmp(&b.name)));
         return Ok((!v.is_empty()).then_some(v));
     }
@@ -250,7 +280,9 @@ fn walk_ptr(
     for i in 0..FANOUT {
         let child = pool.load_u64(page + i * 8);
         if child == 0 {
-            return Err(Error::corrupt(format!("directory node {page:#x} has an empty slot {i}")));
+            return Err(Error::corrupt(format!(
+                "directory node {page:#x} has an empty slot {i}"
+            )));
         }
         if child != prev {
             walk_ptr(pool, geo, child, depth + 1, page_fn, entry_fn)?;
@@ -284,24 +316,44 @@ fn fp_run(hash: u64, k: u64) -> Vec<u8> {
 pub enum Space {
     /// The directory has no pages yet.
     Empty,
-    Free { leaf: u64, slot: u64 },
+    Free {
+        leaf: u64,
+        slot: u64,
+    },
     Full(LeafLoc),
 }
 
 /// `claimed` lists (leaf, first slot, slots) already taken by entries staged in this operation.
-pub fn find_space(pool: &Pool, geo: &Geometry, root: u64, name: &[u8], claimed: &[(u64, u64, u64)]) -> Result<Space> {
+pub fn find_space(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+    claimed: &[(u64, u64, u64)],
+) -> Result<Space> {
     if root == 0 {
         return Ok(Space::Empty);
     }
     let k = slots_for(name.len());
     let loc = find_leaf(pool, geo, root, name_hash(name))?;
     let header = pool.slice(loc.leaf, SLOTS);
-    let taken = |slot: u64| claimed.iter().any(|&(l, s, n)| l == loc.leaf && slot >= s && slot < s + n);
+    let taken = |slot: u64| {
+        claimed
+            .iter()
+            .any(|&(l, s, n)| l == loc.leaf && slot >= s && slot < s + n)
+    };
     let mut run = 0;
     for (i, &b) in header.iter().enumerate() {
-        run = if b == 0 && !taken(i as u64 + 1) { run + 1 } else { 0 };
+        run = if b == 0 && !taken(i as u64 + 1) {
+            run + 1
+        } else {
+            0
+        };
         if run == k {
-            return Ok(Space::Free { leaf: loc.leaf, slot: i as u64 + 2 - k });
+            return Ok(Space::Free {
+                leaf: loc.leaf,
+                slot: i as u64 + 2 - k,
+            });
         }
     }
     Ok(Space::Full(loc))
@@ -316,12 +368,18 @@ pub fn stage_entry(pool: &Pool, leaf: u64, slot: u64, name: &[u8], ino: u64, fty
     encode_dentry(hash, ino, ftype, name, &mut lines);
     pool.write(leaf + slot * 64, &lines);
     pool.flush(leaf + slot * 64, k * 64);
-    Entry::Bytes { off: leaf + slot - 1, data: fp_run(hash, k) }
+    Entry::Bytes {
+        off: leaf + slot - 1,
+        data: fp_run(hash, k),
+    }
 }
 
 /// The logged store that removes a published entry.
 pub fn remove_entry(d: &Dentry) -> Entry {
-    Entry::Bytes { off: d.leaf + d.slot - 1, data: vec![0; d.nslots() as usize] }
+    Entry::Bytes {
+        off: d.leaf + d.slot - 1,
+        data: vec![0; d.nslots() as usize],
+    }
 }
 
 /// Build a fresh leaf page image holding `entries` packed from slot 1.
@@ -331,7 +389,13 @@ fn leaf_image(entries: &[&Dentry]) -> Vec<u8> {
     for d in entries {
         let k = d.nslots();
         let at = (slot * 64) as usize;
-        encode_dentry(d.hash, d.ino, d.ftype, &d.name, &mut img[at..at + (k * 64) as usize]);
+        encode_dentry(
+            d.hash,
+            d.ino,
+            d.ftype,
+            &d.name,
+            &mut img[at..at + (k * 64) as usize],
+        );
         img[(slot - 1) as usize..(slot - 1 + k) as usize].copy_from_slice(&fp_run(d.hash, k));
         slot += k;
     }
@@ -340,7 +404,14 @@ fn leaf_image(entries: &[&Dentry]) -> Vec<u8> {
 
 /// Fill a fresh, unreachable leaf with one entry (for the first entry of a directory).
 pub fn init_first_leaf(pool: &Pool, page: u64, name: &[u8], ino: u64, ftype: u8) {
-    let d = Dentry { hash: name_hash(name), ino, ftype, name: name.to_vec(), leaf: 0, slot: 0 };
+    let d = Dentry {
+        hash: name_hash(name),
+        ino,
+        ftype,
+        name: name.to_vec(),
+        leaf: 0,
+        slot: 0,
+    };
     pool.copy_nt(page, &leaf_image(&[&d]));
 }
 
@@ -371,14 +442,19 @@ pub fn split(
         Parent::Root => (0, 0, FANOUT - 1, true),
         Parent::Node { depth, lo, hi, .. } if lo == hi => {
             if depth + 1 > MAX_DEPTH {
-                return Err(Error::with_msg(libc::ENOSPC, "directory hash bucket is full"));
+                return Err(Error::with_msg(
+                    libc::ENOSPC,
+                    "directory hash bucket is full",
+                ));
             }
             (depth + 1, 0, FANOUT - 1, true)
         }
         Parent::Node { depth, lo, hi, .. } => (depth, lo, hi, false),
     };
-    let mid = (lo + hi + 1) / 2;
-    let (a, b): (Vec<&Dentry>, Vec<&Dentry>) = entries.iter().partition(|d| slot_index(d.hash, depth) < mid);
+    let mid = (lo + hi).div_ceil(2);
+    let (a, b): (Vec<&Dentry>, Vec<&Dentry>) = entries
+        .iter()
+        .partition(|d| slot_index(d.hash, depth) < mid);
     let leaf_a = take(&mut new_pages)?;
     let leaf_b = take(&mut new_pages)?;
     pool.copy_nt(leaf_a, &leaf_image(&a));
@@ -394,17 +470,35 @@ pub fn split(
         pool.copy_nt(node, &img);
         let at = match loc.parent {
             Parent::Root => root_field,
-            Parent::Node { node: parent, lo, .. } => parent + lo * 8,
+            Parent::Node {
+                node: parent, lo, ..
+            } => parent + lo * 8,
         };
         vec![Entry::set64(at, node)]
     } else {
-        let Parent::Node { node, .. } = loc.parent else { unreachable!() };
+        let Parent::Node { node, .. } = loc.parent else {
+            unreachable!()
+        };
         vec![
-            Entry::Seq { off: node + lo * 8, count: mid - lo, start: ta, step: 0 },
-            Entry::Seq { off: node + mid * 8, count: hi + 1 - mid, start: tb, step: 0 },
+            Entry::Seq {
+                off: node + lo * 8,
+                count: mid - lo,
+                start: ta,
+                step: 0,
+            },
+            Entry::Seq {
+                off: node + mid * 8,
+                count: hi + 1 - mid,
+                start: tb,
+                step: 0,
+            },
         ]
     };
-    Ok(Split { publish, new_pages, old_leaf: loc.leaf })
+    Ok(Split {
+        publish,
+        new_pages,
+        old_leaf: loc.leaf,
+    })
 }
 
 #[cfg(test)]
@@ -428,8 +522,14 @@ mod tests {
         let leaf = geo.meta_off;
         let name = vec![b'x'; 200];
         init_first_leaf(&pool, leaf, &name, 42, 8);
-        let d = lookup(&pool, &geo, leaf | LEAF_TAG, &name).unwrap().unwrap();
+        let d = lookup(&pool, &geo, leaf | LEAF_TAG, &name)
+            .unwrap()
+            .unwrap();
         assert_eq!((d.ino, d.ftype, d.name.len()), (42, 8, 200));
-        assert!(lookup(&pool, &geo, leaf | LEAF_TAG, b"y").unwrap().is_none());
+        assert!(
+            lookup(&pool, &geo, leaf | LEAF_TAG, b"y")
+                .unwrap()
+                .is_none()
+        );
     }
 }

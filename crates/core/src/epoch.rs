@@ -39,7 +39,10 @@ thread_local! {
 
 impl Epochs {
     pub fn new(slots: usize) -> Epochs {
-        Epochs { global: AtomicU64::new(1), slots: zeroed_atomics(slots) }
+        Epochs {
+            global: AtomicU64::new(1),
+            slots: zeroed_atomics(slots),
+        }
     }
 
     /// Pin the current epoch for the duration of a read.
@@ -54,7 +57,10 @@ impl Epochs {
                 let idx = (i + k) % n;
                 let e = self.global.load(Ordering::SeqCst);
                 let slot = &self.slots[idx];
-                if slot.compare_exchange(0, e, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+                if slot
+                    .compare_exchange(0, e, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+                {
                     // Publish the pin before reading any pool pointer.
                     fence(Ordering::SeqCst);
                     SLOT_HINT.with(|h| h.set(idx));
@@ -101,7 +107,9 @@ pub struct SeqTable {
 
 impl SeqTable {
     pub fn new(inodes: u64) -> SeqTable {
-        SeqTable { seqs: zeroed_atomics(inodes as usize) }
+        SeqTable {
+            seqs: zeroed_atomics(inodes as usize),
+        }
     }
 
     /// Wait for a stable (even) value and return it.
@@ -147,7 +155,10 @@ mod tests {
         let e = Epochs::new(4);
         let g = e.pin();
         let tag = e.retire_tag();
-        assert!(e.safe_epoch() <= tag, "a reader pinned before retirement blocks reuse");
+        assert!(
+            e.safe_epoch() <= tag,
+            "a reader pinned before retirement blocks reuse"
+        );
         drop(g);
         assert!(e.safe_epoch() > tag);
     }

@@ -47,8 +47,29 @@ macro_rules! errnos {
     };
 }
 errnos!(
-    ENOENT, EEXIST, ENOTDIR, EISDIR, ENOTEMPTY, EINVAL, ENAMETOOLONG, ELOOP, EACCES, EPERM, ENOSPC,
-    EBADF, EXDEV, EMLINK, EFBIG, EIO, EBUSY, ESTALE, EOPNOTSUPP, EFAULT, EROFS, ENOSYS, ENODEV
+    ENOENT,
+    EEXIST,
+    ENOTDIR,
+    EISDIR,
+    ENOTEMPTY,
+    EINVAL,
+    ENAMETOOLONG,
+    ELOOP,
+    EACCES,
+    EPERM,
+    ENOSPC,
+    EBADF,
+    EXDEV,
+    EMLINK,
+    EFBIG,
+    EIO,
+    EBUSY,
+    ESTALE,
+    EOPNOTSUPP,
+    EFAULT,
+    EROFS,
+    ENOSYS,
+    ENODEV
 );
 
 impl fmt::Debug for Error {

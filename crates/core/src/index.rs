@@ -28,14 +28,18 @@ fn capacity(height: u32) -> u64 {
 
 /// The height needed to address page `pgno`.
 pub fn height_for(pgno: u64) -> u32 {
-    (0..=MAX_HEIGHT).find(|&h| pgno < capacity(h)).unwrap_or(MAX_HEIGHT + 1)
+    (0..=MAX_HEIGHT)
+        .find(|&h| pgno < capacity(h))
+        .unwrap_or(MAX_HEIGHT + 1)
 }
 
 fn node(geo: &Geometry, p: u64) -> Result<u64> {
     if geo.is_meta_page(p) {
         Ok(p)
     } else {
-        Err(Error::corrupt(format!("file index node {p:#x} is outside the metadata area")))
+        Err(Error::corrupt(format!(
+            "file index node {p:#x} is outside the metadata area"
+        )))
     }
 }
 
@@ -43,7 +47,9 @@ fn data(geo: &Geometry, p: u64) -> Result<u64> {
     if p == 0 || geo.is_data_page(p) {
         Ok(p)
     } else {
-        Err(Error::corrupt(format!("file index points to {p:#x}, outside the data area")))
+        Err(Error::corrupt(format!(
+            "file index points to {p:#x}, outside the data area"
+        )))
     }
 }
 
@@ -76,7 +82,17 @@ pub fn for_each_page(
     if root == 0 || height > MAX_HEIGHT {
         return Ok(());
     }
-    visit(pool, geo, root, height, 0, start, end.min(capacity(height)), &mut |_| {}, f)
+    visit(
+        pool,
+        geo,
+        root,
+        height,
+        0,
+        start,
+        end.min(capacity(height)),
+        &mut |_| {},
+        f,
+    )
 }
 
 /// Visit every node and every data page of the tree.
@@ -92,9 +108,21 @@ pub fn walk(
         return Ok(());
     }
     if height > MAX_HEIGHT {
-        return Err(Error::corrupt(format!("file index height {height} is too large")));
+        return Err(Error::corrupt(format!(
+            "file index height {height} is too large"
+        )));
     }
-    visit(pool, geo, root, height, 0, 0, capacity(height), node_fn, page_fn)
+    visit(
+        pool,
+        geo,
+        root,
+        height,
+        0,
+        0,
+        capacity(height),
+        node_fn,
+        page_fn,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -123,7 +151,17 @@ fn visit(
         }
         let c = pool.load_u64(n + i * 8);
         if c != 0 {
-            visit(pool, geo, c, height - 1, child_base, start, end, node_fn, page_fn)?;
+            visit(
+                pool,
+                geo,
+                c,
+                height - 1,
+                child_base,
+                start,
+                end,
+                node_fn,
+                page_fn,
+            )?;
         }
     }
     Ok(())
@@ -151,7 +189,12 @@ pub fn coalesce(mut words: Vec<(u64, u64)>) -> Vec<Entry> {
         if j - i == 1 {
             out.push(Entry::set64(off, start));
         } else {
-            out.push(Entry::Seq { off, count: (j - i) as u64, start, step });
+            out.push(Entry::Seq {
+                off,
+                count: (j - i) as u64,
+                start,
+                step,
+            });
         }
         i = j;
     }
@@ -182,7 +225,11 @@ pub fn plan_set(
     updates: &[(u64, u64)],
     alloc_node: &mut dyn FnMut() -> Result<u64>,
 ) -> Result<Plan> {
-    let mut plan = Plan { root, height, ..Plan::default() };
+    let mut plan = Plan {
+        root,
+        height,
+        ..Plan::default()
+    };
     let max_pg = updates.iter().map(|u| u.0).max().unwrap_or(0);
     let need = height_for(max_pg);
     if need > MAX_HEIGHT {
@@ -240,13 +287,30 @@ pub fn plan_set(
 }
 
 /// Plan dropping every page at or after page number `keep`.
-pub fn plan_truncate(pool: &Pool, geo: &Geometry, root: u64, height: u32, keep: u64) -> Result<Plan> {
-    let mut plan = Plan { root, height, ..Plan::default() };
+pub fn plan_truncate(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    height: u32,
+    keep: u64,
+) -> Result<Plan> {
+    let mut plan = Plan {
+        root,
+        height,
+        ..Plan::default()
+    };
     if root == 0 {
         return Ok(plan);
     }
     if keep == 0 {
-        walk(pool, geo, root, height, &mut |n| plan.old_nodes.push(n), &mut |_, p| plan.old_pages.push(p))?;
+        walk(
+            pool,
+            geo,
+            root,
+            height,
+            &mut |n| plan.old_nodes.push(n),
+            &mut |_, p| plan.old_pages.push(p),
+        )?;
         plan.root = 0;
         plan.height = 0;
         return Ok(plan);
@@ -258,7 +322,15 @@ pub fn plan_truncate(pool: &Pool, geo: &Geometry, root: u64, height: u32, keep: 
     Ok(plan)
 }
 
-fn truncate_node(pool: &Pool, geo: &Geometry, n: u64, height: u32, base: u64, keep: u64, plan: &mut Plan) -> Result<()> {
+fn truncate_node(
+    pool: &Pool,
+    geo: &Geometry,
+    n: u64,
+    height: u32,
+    base: u64,
+    keep: u64,
+    plan: &mut Plan,
+) -> Result<()> {
     let n = node(geo, n)?;
     let s = span(height);
     for i in 0..FANOUT {
@@ -275,7 +347,14 @@ fn truncate_node(pool: &Pool, geo: &Geometry, n: u64, height: u32, base: u64, ke
             if height == 1 {
                 plan.old_pages.push(data(geo, c)?);
             } else {
-                walk(pool, geo, c, height - 1, &mut |x| plan.old_nodes.push(x), &mut |_, p| plan.old_pages.push(p))?;
+                walk(
+                    pool,
+                    geo,
+                    c,
+                    height - 1,
+                    &mut |x| plan.old_nodes.push(x),
+                    &mut |_, p| plan.old_pages.push(p),
+                )?;
             }
         } else {
             truncate_node(pool, geo, c, height - 1, child_base, keep, plan)?;
@@ -293,7 +372,15 @@ mod tests {
         let e = coalesce(vec![(16, 4096), (8, 0), (24, 8192), (32, 12288), (48, 7)]);
         assert_eq!(
             e,
-            vec![Entry::Seq { off: 8, count: 4, start: 0, step: 4096 }, Entry::set64(48, 7)]
+            vec![
+                Entry::Seq {
+                    off: 8,
+                    count: 4,
+                    start: 0,
+                    step: 4096
+                },
+                Entry::set64(48, 7)
+            ]
         );
     }
 

@@ -39,6 +39,18 @@ impl Geometry {
     /// Lay out a pool of `size` bytes: 1/64 log (256 KiB..64 MiB), one inode per 8 KiB,
     /// 1/16 metadata pages, the rest data pages.
     pub fn for_size(size: u64) -> Result<Geometry> {
+        Geometry::with_log(size, round_up((size / 64).clamp(256 << 10, 64 << 20), PAGE))
+    }
+
+    /// The same layout with a log of `log_len` bytes (a small log makes checkpoints and
+    /// wrap-around frequent, which the crash harness wants).
+    pub fn with_log(size: u64, log_len: u64) -> Result<Geometry> {
+        if log_len < 4 * PAGE || !log_len.is_multiple_of(PAGE) {
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                "the log must be at least 16 KiB and page aligned",
+            ));
+        }
         if size < MIN_POOL_SIZE {
             return Err(Error::with_msg(
                 libc::EINVAL,
@@ -48,20 +60,22 @@ impl Geometry {
                 ),
             ));
         }
-        if size % PAGE != 0 {
+        if !size.is_multiple_of(PAGE) {
             return Err(Error::with_msg(
                 libc::EINVAL,
                 format!("pool size {size} is not a multiple of {PAGE} bytes"),
             ));
         }
-        let log_len = round_up((size / 64).clamp(256 << 10, 64 << 20), PAGE);
         let inode_count = (size / 8192).max(64);
         let inode_bytes = round_up(inode_count * INODE_SIZE, PAGE);
         let meta_pages = (size / 16 / PAGE).max(16);
         let log_off = 2 * PAGE;
         let fixed = log_off + log_len + inode_bytes + meta_pages * PAGE;
         if fixed + 64 * PAGE > size {
-            return Err(Error::with_msg(libc::EINVAL, "pool too small for its metadata"));
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                "pool too small for its metadata",
+            ));
         }
         // Bitmaps cover inodes, metadata pages and data pages; data pages are what is left,
         // so size the bitmap for an upper bound of them.
@@ -72,7 +86,10 @@ impl Geometry {
         let meta_off = inode_off + inode_bytes;
         let data_off = meta_off + meta_pages * PAGE;
         if data_off + 16 * PAGE > size {
-            return Err(Error::with_msg(libc::EINVAL, "pool too small for its metadata"));
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                "pool too small for its metadata",
+            ));
         }
         let data_pages = (size - data_off) / PAGE;
         Ok(Geometry {
@@ -95,11 +112,13 @@ impl Geometry {
     }
 
     pub fn is_meta_page(&self, off: u64) -> bool {
-        off % PAGE == 0 && off >= self.meta_off && off < self.data_off
+        off.is_multiple_of(PAGE) && off >= self.meta_off && off < self.data_off
     }
 
     pub fn is_data_page(&self, off: u64) -> bool {
-        off % PAGE == 0 && off >= self.data_off && off < self.data_off + self.data_pages * PAGE
+        off.is_multiple_of(PAGE)
+            && off >= self.data_off
+            && off < self.data_off + self.data_pages * PAGE
     }
 
     pub fn meta_index(&self, off: u64) -> u64 {
@@ -187,7 +206,7 @@ impl Superblock {
             data_off: w(11),
             data_pages: w(12),
         };
-        match Geometry::for_size(geometry.pool_size) {
+        match Geometry::with_log(geometry.pool_size, geometry.log_len) {
             Ok(expected) if expected == geometry => {}
             _ => return Err("superblock geometry is inconsistent".into()),
         }
@@ -200,7 +219,7 @@ impl Superblock {
             uuid: w(17),
             created_ns: w(18),
         };
-        if sb.log_head % 64 != 0 || sb.log_head >= geometry.log_len {
+        if !sb.log_head.is_multiple_of(64) || sb.log_head >= geometry.log_len {
             return Err("superblock log head out of range".into());
         }
         Ok(sb)
@@ -228,7 +247,10 @@ impl Superblock {
             if all_foreign {
                 Error::corrupt("not an EngramFS pool (no superblock magic)")
             } else {
-                Error::corrupt(format!("both superblocks are invalid ({})", errors.join("; ")))
+                Error::corrupt(format!(
+                    "both superblocks are invalid ({})",
+                    errors.join("; ")
+                ))
             }
         })?;
         if sb.geometry.pool_size != pool.len() {

@@ -11,13 +11,13 @@ pub mod oplog;
 pub mod perm;
 
 pub use error::{Error, Result};
-pub mod request;
-pub mod server;
 pub mod census;
-pub mod recovery;
 pub mod fs;
 pub mod mkfs;
 pub mod range_lock;
+pub mod recovery;
+pub mod request;
+pub mod server;
 
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
 pub use perm::Creds;

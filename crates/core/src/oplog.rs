@@ -23,17 +23,30 @@ pub enum Entry {
     /// Store `value` (1, 2, 4 or 8 bytes wide) at `off`.
     Set { off: u64, width: u8, value: u64 },
     /// Store `count` u64 words at `off`, word i = `start + i * step`.
-    Seq { off: u64, count: u64, start: u64, step: u64 },
+    Seq {
+        off: u64,
+        count: u64,
+        start: u64,
+        step: u64,
+    },
     /// Store these bytes at `off`.
     Bytes { off: u64, data: Vec<u8> },
 }
 
 impl Entry {
     pub fn set64(off: u64, value: u64) -> Entry {
-        Entry::Set { off, width: 8, value }
+        Entry::Set {
+            off,
+            width: 8,
+            value,
+        }
     }
     pub fn set32(off: u64, value: u32) -> Entry {
-        Entry::Set { off, width: 4, value: value as u64 }
+        Entry::Set {
+            off,
+            width: 4,
+            value: value as u64,
+        }
     }
 
     fn range(&self) -> (u64, u64) {
@@ -59,7 +72,12 @@ impl Entry {
                 word(off | (*width as u64) << 48 | TAG_SET << 56);
                 word(*value);
             }
-            Entry::Seq { off, count, start, step } => {
+            Entry::Seq {
+                off,
+                count,
+                start,
+                step,
+            } => {
                 word(off | TAG_SEQ << 56);
                 word(*count);
                 word(*start);
@@ -77,7 +95,8 @@ impl Entry {
     /// Decode one entry from `b`; returns it and the bytes consumed.
     fn decode(b: &[u8]) -> Option<(Entry, usize)> {
         let w = |i: usize| -> Option<u64> {
-            b.get(i * 8..i * 8 + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()))
+            b.get(i * 8..i * 8 + 8)
+                .map(|s| u64::from_le_bytes(s.try_into().unwrap()))
         };
         let w0 = w(0)?;
         let off = w0 & OFF_MASK;
@@ -87,9 +106,24 @@ impl Entry {
                 if !matches!(width, 1 | 2 | 4 | 8) {
                     return None;
                 }
-                Some((Entry::Set { off, width, value: w(1)? }, 16))
+                Some((
+                    Entry::Set {
+                        off,
+                        width,
+                        value: w(1)?,
+                    },
+                    16,
+                ))
             }
-            TAG_SEQ => Some((Entry::Seq { off, count: w(1)?, start: w(2)?, step: w(3)? }, 32)),
+            TAG_SEQ => Some((
+                Entry::Seq {
+                    off,
+                    count: w(1)?,
+                    start: w(2)?,
+                    step: w(3)?,
+                },
+                32,
+            )),
             TAG_BYTES => {
                 let len = w(1)? as usize;
                 let data = b.get(16..16 + len)?.to_vec();
@@ -108,7 +142,12 @@ impl Entry {
                 4 => pool.store_u32(*off, *value as u32),
                 _ => pool.store_u64(*off, *value),
             },
-            Entry::Seq { off, count, start, step } => {
+            Entry::Seq {
+                off,
+                count,
+                start,
+                step,
+            } => {
                 for i in 0..*count {
                     pool.store_u64(off + i * 8, start.wrapping_add(i.wrapping_mul(*step)));
                 }
@@ -150,7 +189,14 @@ pub struct LogHead {
 
 impl Log {
     pub fn new(geo: &Geometry, head: LogHead) -> Log {
-        Log { off: geo.log_off, len: geo.log_len, tail: head.head, next_seq: head.seq, used: 0, buf: Vec::new() }
+        Log {
+            off: geo.log_off,
+            len: geo.log_len,
+            tail: head.head,
+            next_seq: head.seq,
+            used: 0,
+            buf: Vec::new(),
+        }
     }
 
     /// The largest record accepted: a quarter of the log, so that a checkpoint always makes room.
@@ -176,7 +222,10 @@ impl Log {
     /// The head a checkpoint taken now would record: everything so far is applied.
     pub fn checkpoint(&mut self) -> LogHead {
         self.used = 0;
-        LogHead { head: self.tail, seq: self.next_seq }
+        LogHead {
+            head: self.tail,
+            seq: self.next_seq,
+        }
     }
 
     /// Append a record and make it durable. The caller has made sure it fits
@@ -184,7 +233,10 @@ impl Log {
     pub fn append(&mut self, pool: &Pool, entries: &[Entry]) -> Result<()> {
         let len = Log::record_len(entries);
         if len > self.max_record() {
-            return Err(Error::with_msg(libc::EFBIG, "operation too large for the log"));
+            return Err(Error::with_msg(
+                libc::EFBIG,
+                "operation too large for the log",
+            ));
         }
         if self.tail + len > self.len {
             let pad = self.len - self.tail;
@@ -212,7 +264,11 @@ impl Log {
             e.encode(&mut buf);
         }
         // A wrap record only needs its header; the rest of the log end is left as it is.
-        let body_len = if kind == KIND_WRAP { HEADER } else { len as usize };
+        let body_len = if kind == KIND_WRAP {
+            HEADER
+        } else {
+            len as usize
+        };
         buf.resize(body_len, 0);
         let crc = crc32c::crc32c(&buf);
         buf[12..16].copy_from_slice(&crc.to_le_bytes());
@@ -240,8 +296,7 @@ pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
     let mut seq = head.seq;
     let mut records = 0;
     let mut laps = 0u64;
-    loop {
-        let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) else { break };
+    while let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) {
         if kind == KIND_WRAP {
             pos = 0;
             seq += 1;
@@ -271,7 +326,10 @@ pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
         }
     }
     pool.fence();
-    Ok(Replayed { records, end: LogHead { head: pos, seq } })
+    Ok(Replayed {
+        records,
+        end: LogHead { head: pos, seq },
+    })
 }
 
 fn valid_record_at(pool: &Pool, geo: &Geometry, pos: u64, seq: u64) -> Option<(u32, u64)> {
@@ -285,13 +343,17 @@ fn valid_record_at(pool: &Pool, geo: &Geometry, pos: u64, seq: u64) -> Option<(u
     let len = u32_at(8) as u64;
     let crc = u32_at(12);
     let rseq = u64::from_le_bytes(h[16..24].try_into().unwrap());
-    if magic != RECORD_MAGIC || rseq != seq || len < HEADER as u64 || len % 64 != 0 {
+    if magic != RECORD_MAGIC || rseq != seq || len < HEADER as u64 || !len.is_multiple_of(64) {
         return None;
     }
     if pos + len > geo.log_len || kind > KIND_WRAP {
         return None;
     }
-    let covered = if kind == KIND_WRAP { HEADER as u64 } else { len };
+    let covered = if kind == KIND_WRAP {
+        HEADER as u64
+    } else {
+        len
+    };
     let mut bytes = pool.slice(geo.log_off + pos, covered).to_vec();
     bytes[12..16].fill(0);
     (crc32c::crc32c(&bytes) == crc).then_some((kind, len))
@@ -314,7 +376,11 @@ pub fn count_valid(pool: &Pool, geo: &Geometry, head: LogHead) -> u64 {
     let mut seq = head.seq;
     let mut n = 0;
     while let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) {
-        pos = if kind == KIND_WRAP { 0 } else { (pos + len) % geo.log_len };
+        pos = if kind == KIND_WRAP {
+            0
+        } else {
+            (pos + len) % geo.log_len
+        };
         seq += 1;
         n += 1;
         if n > geo.log_len / 64 {

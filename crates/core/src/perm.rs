@@ -17,7 +17,11 @@ pub struct Creds {
 
 impl Creds {
     pub fn root() -> Creds {
-        Creds { uid: 0, gid: 0, groups: Vec::new() }
+        Creds {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        }
     }
 
     /// The effective credentials of this process.
@@ -64,7 +68,11 @@ pub fn check(c: &Creds, ino: &InodeData, want: u32) -> Result<()> {
     } else {
         ino.mode
     } & 7;
-    if bits & want == want { Ok(()) } else { Err(Error::EACCES) }
+    if bits & want == want {
+        Ok(())
+    } else {
+        Err(Error::EACCES)
+    }
 }
 
 /// The sticky-bit rule for removing or renaming `victim` out of `dir`.

@@ -22,7 +22,10 @@ impl RangeLock {
             held = self.released.wait(held).unwrap_or_else(|e| e.into_inner());
         }
         held.push((start, end));
-        RangeGuard { lock: self, range: (start, end) }
+        RangeGuard {
+            lock: self,
+            range: (start, end),
+        }
     }
 }
 

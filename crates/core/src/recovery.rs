@@ -26,7 +26,10 @@ pub struct Mounted {
 pub fn mount(pool: &Pool) -> Result<Mounted> {
     let sb = Superblock::load(pool)?;
     let geo = sb.geometry;
-    let head = LogHead { head: sb.log_head, seq: sb.log_head_seq };
+    let head = LogHead {
+        head: sb.log_head,
+        seq: sb.log_head_seq,
+    };
     if sb.clean == 1 {
         return Ok(Mounted {
             sb,

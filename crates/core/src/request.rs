@@ -31,24 +31,71 @@ pub const RENAME_EXCHANGE: u32 = 2;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Create a regular file (or return the existing entry unless `excl`).
-    Create { parent: Handle, name: Vec<u8>, mode: u32, excl: bool },
-    Mkdir { parent: Handle, name: Vec<u8>, mode: u32 },
-    Symlink { parent: Handle, name: Vec<u8>, target: Vec<u8> },
-    Link { target: Handle, parent: Handle, name: Vec<u8> },
+    Create {
+        parent: Handle,
+        name: Vec<u8>,
+        mode: u32,
+        excl: bool,
+    },
+    Mkdir {
+        parent: Handle,
+        name: Vec<u8>,
+        mode: u32,
+    },
+    Symlink {
+        parent: Handle,
+        name: Vec<u8>,
+        target: Vec<u8>,
+    },
+    Link {
+        target: Handle,
+        parent: Handle,
+        name: Vec<u8>,
+    },
     /// Remove a name; `dir` selects rmdir semantics.
-    Unlink { parent: Handle, name: Vec<u8>, dir: bool },
-    Rename { from: Handle, from_name: Vec<u8>, to: Handle, to_name: Vec<u8>, flags: u32 },
-    SetAttr { target: Handle, attr: SetAttr },
-    Fallocate { target: Handle, offset: u64, len: u64, keep_size: bool },
+    Unlink {
+        parent: Handle,
+        name: Vec<u8>,
+        dir: bool,
+    },
+    Rename {
+        from: Handle,
+        from_name: Vec<u8>,
+        to: Handle,
+        to_name: Vec<u8>,
+        flags: u32,
+    },
+    SetAttr {
+        target: Handle,
+        attr: SetAttr,
+    },
+    Fallocate {
+        target: Handle,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
     /// Reserve up to `pages` data pages for this client's copy-on-write.
-    Reserve { pages: u64 },
+    Reserve {
+        pages: u64,
+    },
     /// Give reserved pages back.
-    Unreserve { pages: Vec<u64> },
+    Unreserve {
+        pages: Vec<u64>,
+    },
     /// Publish pages written by the client: file page number → reserved data page, and the
     /// new end of the written range (the size grows to it if it is larger).
-    CommitWrite { target: Handle, pages: Vec<(u64, u64)>, end: u64 },
-    Open { target: Handle },
-    Close { target: Handle },
+    CommitWrite {
+        target: Handle,
+        pages: Vec<(u64, u64)>,
+        end: u64,
+    },
+    Open {
+        target: Handle,
+    },
+    Close {
+        target: Handle,
+    },
     Statfs,
     Sync,
 }
@@ -67,7 +114,10 @@ pub struct StatFs {
 pub enum Response {
     Done,
     /// A new or existing inode; `created` says which.
-    Entry { handle: Handle, created: bool },
+    Entry {
+        handle: Handle,
+        created: bool,
+    },
     Pages(Vec<u64>),
     StatFs(StatFs),
 }

@@ -31,7 +31,10 @@ pub struct OpenOptions {
 
 impl OpenOptions {
     pub fn new() -> OpenOptions {
-        OpenOptions { mode: 0o644, ..OpenOptions::default() }
+        OpenOptions {
+            mode: 0o644,
+            ..OpenOptions::default()
+        }
     }
     pub fn read(mut self, v: bool) -> Self {
         self.read = v;
@@ -99,7 +102,12 @@ pub struct File {
 impl File {
     pub(crate) fn new(fs: Fs, handle: Handle, opts: OpenOptions) -> Result<File> {
         fs.call(Request::Open { target: handle })?;
-        Ok(File { fs, handle, opts, pos: Arc::new(Mutex::new(0)) })
+        Ok(File {
+            fs,
+            handle,
+            opts,
+            pos: Arc::new(Mutex::new(0)),
+        })
     }
 
     pub fn ino(&self) -> u64 {
@@ -120,12 +128,22 @@ impl File {
 
     /// Another handle to the same open file, sharing the offset (like dup(2)).
     pub fn try_clone(&self) -> Result<File> {
-        self.fs.call(Request::Open { target: self.handle })?;
-        Ok(File { fs: self.fs.clone(), handle: self.handle, opts: self.opts, pos: self.pos.clone() })
+        self.fs.call(Request::Open {
+            target: self.handle,
+        })?;
+        Ok(File {
+            fs: self.fs.clone(),
+            handle: self.handle,
+            opts: self.opts,
+            pos: self.pos.clone(),
+        })
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
-        Ok(Metadata::from_inode(self.handle.ino, &self.fs.read_inode(self.handle.ino)))
+        Ok(Metadata::from_inode(
+            self.handle.ino,
+            &self.fs.read_inode(self.handle.ino),
+        ))
     }
 
     fn data(&self) -> InodeData {
@@ -146,7 +164,11 @@ impl File {
         loop {
             let s = core.shared.seqs.read_begin(ino);
             let d = inode::read(&core.pool, &core.geo, ino);
-            let n = if off >= d.size { 0 } else { buf.len().min((d.size - off) as usize) };
+            let n = if off >= d.size {
+                0
+            } else {
+                buf.len().min((d.size - off) as usize)
+            };
             let copied = self.copy_out(&d, &mut buf[..n], off);
             if core.shared.seqs.read_ok(ino, s) {
                 copied?;
@@ -167,7 +189,8 @@ impl File {
             if page == 0 {
                 buf[done..done + n].fill(0);
             } else {
-                core.pool.read(page + in_page as u64, &mut buf[done..done + n]);
+                core.pool
+                    .read(page + in_page as u64, &mut buf[done..done + n]);
             }
             done += n;
         }
@@ -176,7 +199,8 @@ impl File {
 
     /// Write at `off` without moving the offset (O_APPEND files write at the end).
     pub fn write_at(&self, data: &[u8], off: u64) -> Result<usize> {
-        self.write_inner(data, if self.opts.append { None } else { Some(off) }).map(|(n, _)| n)
+        self.write_inner(data, if self.opts.append { None } else { Some(off) })
+            .map(|(n, _)| n)
     }
 
     /// Write `data` at `off` (or at the end of file for None); returns bytes written and
@@ -225,9 +249,16 @@ impl File {
             let off = off.unwrap_or(d.size);
             break (guard, d, off);
         };
-        let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Error::EFBIG)?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Error::EFBIG)?;
         if !d.is_reg() {
-            return Err(if d.is_dir() { Error::EISDIR } else { Error::EINVAL });
+            return Err(if d.is_dir() {
+                Error::EISDIR
+            } else {
+                Error::EINVAL
+            });
         }
         // Which pages need a fresh copy: holes, and pages whose visible bytes change.
         let first = off / PAGE;
@@ -273,7 +304,11 @@ impl File {
         }
         core.pool.fence();
         let new_pages: Vec<u64> = updates.iter().map(|u| u.1).collect();
-        let req = Request::CommitWrite { target: self.handle, pages: updates, end };
+        let req = Request::CommitWrite {
+            target: self.handle,
+            pages: updates,
+            end,
+        };
         if let Err(e) = fs.call(req) {
             fs.untake_pages(new_pages);
             return Err(e);
@@ -297,7 +332,12 @@ impl File {
         let lock = self.fs.range_lock(self.handle.ino);
         let size = self.data().size;
         let _g = lock.lock(offset.min(size) / PAGE, u64::MAX);
-        self.fs.call(Request::Fallocate { target: self.handle, offset, len, keep_size })?;
+        self.fs.call(Request::Fallocate {
+            target: self.handle,
+            offset,
+            len,
+            keep_size,
+        })?;
         Ok(())
     }
 
@@ -313,17 +353,37 @@ impl File {
     }
 
     pub fn set_times(&self, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
-        self.fs.call(Request::SetAttr { target: self.handle, attr: SetAttr { atime, mtime, ..SetAttr::default() } })?;
+        self.fs.call(Request::SetAttr {
+            target: self.handle,
+            attr: SetAttr {
+                atime,
+                mtime,
+                ..SetAttr::default()
+            },
+        })?;
         Ok(())
     }
 
     pub fn set_mode(&self, mode: u32) -> Result<()> {
-        self.fs.call(Request::SetAttr { target: self.handle, attr: SetAttr { mode: Some(mode), ..SetAttr::default() } })?;
+        self.fs.call(Request::SetAttr {
+            target: self.handle,
+            attr: SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            },
+        })?;
         Ok(())
     }
 
     pub fn set_owner(&self, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        self.fs.call(Request::SetAttr { target: self.handle, attr: SetAttr { uid, gid, ..SetAttr::default() } })?;
+        self.fs.call(Request::SetAttr {
+            target: self.handle,
+            attr: SetAttr {
+                uid,
+                gid,
+                ..SetAttr::default()
+            },
+        })?;
         Ok(())
     }
 
@@ -373,7 +433,9 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let _ = self.fs.call(Request::Close { target: self.handle });
+        let _ = self.fs.call(Request::Close {
+            target: self.handle,
+        });
     }
 }
 

@@ -81,8 +81,12 @@ impl Fs {
     /// Format a new pool file of `size` bytes (replacing whatever the file held).
     pub fn mkfs(path: impl AsRef<Path>, size: u64) -> Result<()> {
         let geo = Geometry::for_size(size)?;
-        let pool = Pool::create(path.as_ref(), size)
-            .map_err(|e| Error::with_msg(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot create pool: {e}")))?;
+        let pool = Pool::create(path.as_ref(), size).map_err(|e| {
+            Error::with_msg(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("cannot create pool: {e}"),
+            )
+        })?;
         crate::mkfs::format(&pool, &geo);
         Ok(())
     }
@@ -90,10 +94,17 @@ impl Fs {
     /// Open (and if needed recover) a pool file. Fails with EBUSY if another process has it.
     pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Fs> {
         let path = path.as_ref();
-        let pool = Pool::open(path)
-            .map_err(|e| Error::with_msg(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot open pool {}: {e}", path.display())))?;
+        let pool = Pool::open(path).map_err(|e| {
+            Error::with_msg(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("cannot open pool {}: {e}", path.display()),
+            )
+        })?;
         pool.try_lock_exclusive().map_err(|_| {
-            Error::with_msg(libc::EBUSY, format!("pool {} is in use by another process", path.display()))
+            Error::with_msg(
+                libc::EBUSY,
+                format!("pool {} is in use by another process", path.display()),
+            )
         })?;
         Fs::open_pool(pool, opts)
     }
@@ -103,7 +114,10 @@ impl Fs {
         let pool = Arc::new(pool);
         let m = recovery::mount(&pool)?;
         let geo = m.sb.geometry;
-        let shared = Arc::new(Shared { epochs: Epochs::new(EPOCH_SLOTS), seqs: SeqTable::new(geo.inode_count) });
+        let shared = Arc::new(Shared {
+            epochs: Epochs::new(EPOCH_SLOTS),
+            seqs: SeqTable::new(geo.inode_count),
+        });
         let info = MountInfo {
             media: pool.media(),
             was_clean: m.was_clean,
@@ -133,6 +147,11 @@ impl Fs {
         Superblock::load(&pool)
     }
 
+    /// The mapped pool (for tools such as the crash harness).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.core.pool
+    }
+
     pub fn mount_info(&self) -> &MountInfo {
         &self.core.info
     }
@@ -143,7 +162,10 @@ impl Fs {
 
     /// The same pool acting as other credentials (for permission checks).
     pub fn with_creds(&self, creds: Creds) -> Fs {
-        Fs { core: self.core.clone(), creds: Arc::new(creds) }
+        Fs {
+            core: self.core.clone(),
+            creds: Arc::new(creds),
+        }
     }
 
     /// Check every invariant (and repair counts and leaks if asked).
@@ -191,7 +213,9 @@ impl Fs {
         let mut r = lock(&self.core.reserve);
         while r.len() < n {
             let want = (n - r.len()) as u64;
-            match self.call(Request::Reserve { pages: want.max(RESERVE_BATCH) }) {
+            match self.call(Request::Reserve {
+                pages: want.max(RESERVE_BATCH),
+            }) {
                 Ok(Response::Pages(mut p)) => {
                     // Stored reversed so that pop() hands out ascending runs.
                     p.reverse();
@@ -232,7 +256,13 @@ impl Fs {
 
     pub(crate) fn root(&self) -> (Handle, InodeData) {
         let d = self.read_inode(ROOT_INO);
-        (Handle { ino: ROOT_INO, generation: d.generation }, d)
+        (
+            Handle {
+                ino: ROOT_INO,
+                generation: d.generation,
+            },
+            d,
+        )
     }
 }
 
@@ -242,7 +272,11 @@ impl Drop for Core {
         let mut server = lock(m);
         let pages = std::mem::take(&mut *lock(&self.reserve));
         if !pages.is_empty() {
-            let _ = server.handle(IN_PROCESS_CLIENT, &Creds::root(), Request::Unreserve { pages });
+            let _ = server.handle(
+                IN_PROCESS_CLIENT,
+                &Creds::root(),
+                Request::Unreserve { pages },
+            );
         }
         let _ = server.shutdown();
     }

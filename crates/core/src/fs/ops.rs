@@ -34,23 +34,28 @@ impl Fs {
         let mut created = false;
         let (h, d) = if opts.create {
             let p = self.resolve_parent(base(dir), path)?;
-            let Some(name) = p.name.clone() else { return Err(Error::EISDIR) };
+            let Some(name) = p.name.clone() else {
+                return Err(Error::EISDIR);
+            };
             if p.trailing_slash {
                 return Err(Error::EISDIR);
             }
             match self.lookup_child(p.dir.ino, &name)? {
                 Some(_) if opts.excl => return Err(Error::EEXIST),
-                Some((h, d)) if d.is_symlink() => {
+                Some((_, d)) if d.is_symlink() => {
                     if opts.nofollow {
                         return Err(Error::ELOOP);
                     }
-                    self.resolve(Some(p.dir), &name, true)?;
-                    let _ = h;
-                    self.resolve(Some(p.dir), &name, true)?
+                    self.open_symlink_target(p.dir, &name, &opts)?
                 }
                 Some(found) => found,
                 None => {
-                    let req = Request::Create { parent: p.dir, name, mode: opts.mode, excl: opts.excl };
+                    let req = Request::Create {
+                        parent: p.dir,
+                        name,
+                        mode: opts.mode,
+                        excl: opts.excl,
+                    };
                     let (h, c) = self.call_entry(req)?;
                     created = c;
                     (h, self.read_inode(h.ino))
@@ -70,7 +75,8 @@ impl Fs {
             return Err(Error::EISDIR);
         }
         if !created {
-            let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
+            let want =
+                if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
             perm::check(self.creds(), &d, want)?;
         }
         if opts.truncate && opts.write && d.is_reg() && d.size > 0 {
@@ -79,11 +85,43 @@ impl Fs {
         File::new(self.clone(), h, opts)
     }
 
+    /// O_CREAT through a symlink: open its target, creating it if it does not exist (as
+    /// Linux does for a dangling symlink without O_EXCL).
+    fn open_symlink_target(
+        &self,
+        dir: Handle,
+        name: &[u8],
+        opts: &OpenOptions,
+    ) -> Result<(Handle, crate::inode::InodeData)> {
+        match self.resolve(Some(dir), name, true) {
+            Err(e) if e.errno() == libc::ENOENT => {
+                let target = self.read_link_target(self.resolve(Some(dir), name, false)?.0)?;
+                let p = self.resolve_parent(Some(dir), &target)?;
+                let tname = p.name.ok_or(Error::EISDIR)?;
+                let req = Request::Create {
+                    parent: p.dir,
+                    name: tname,
+                    mode: opts.mode,
+                    excl: false,
+                };
+                let (h, _) = self.call_entry(req)?;
+                Ok((h, self.read_inode(h.ino)))
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {
         let lock = self.range_lock(h.ino);
         let cur = self.read_inode(h.ino).size;
         let _g = lock.lock(size.min(cur) / PAGE, u64::MAX);
-        self.call(Request::SetAttr { target: h, attr: SetAttr { size: Some(size), ..SetAttr::default() } })?;
+        self.call(Request::SetAttr {
+            target: h,
+            attr: SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        })?;
         Ok(())
     }
 
@@ -93,7 +131,11 @@ impl Fs {
 
     pub fn mkdir_at(&self, dir: Option<&File>, path: &[u8], mode: u32) -> Result<()> {
         let (p, name) = self.parent_for_change(dir, path)?;
-        self.call_entry(Request::Mkdir { parent: p.dir, name, mode })?;
+        self.call_entry(Request::Mkdir {
+            parent: p.dir,
+            name,
+            mode,
+        })?;
         Ok(())
     }
 
@@ -111,7 +153,11 @@ impl Fs {
         let p = self.resolve_parent(base(dir), path)?;
         let Some(name) = p.name else {
             return Err(if dir_flag {
-                if path.ends_with(b".") { Error::EINVAL } else { Error::EBUSY }
+                if path.ends_with(b".") {
+                    Error::EINVAL
+                } else {
+                    Error::EBUSY
+                }
             } else {
                 Error::EISDIR
             });
@@ -119,9 +165,17 @@ impl Fs {
         if p.trailing_slash && !dir_flag {
             // "file/" names a directory that must exist.
             let (_, d) = self.lookup_child(p.dir.ino, &name)?.ok_or(Error::ENOENT)?;
-            return Err(if d.is_dir() { Error::EISDIR } else { Error::ENOTDIR });
+            return Err(if d.is_dir() {
+                Error::EISDIR
+            } else {
+                Error::ENOTDIR
+            });
         }
-        self.call(Request::Unlink { parent: p.dir, name, dir: dir_flag })?;
+        self.call(Request::Unlink {
+            parent: p.dir,
+            name,
+            dir: dir_flag,
+        })?;
         Ok(())
     }
 
@@ -130,17 +184,32 @@ impl Fs {
     }
 
     /// renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE flags.
-    pub fn rename_at(&self, fdir: Option<&File>, from: &[u8], tdir: Option<&File>, to: &[u8], flags: u32) -> Result<()> {
+    pub fn rename_at(
+        &self,
+        fdir: Option<&File>,
+        from: &[u8],
+        tdir: Option<&File>,
+        to: &[u8],
+        flags: u32,
+    ) -> Result<()> {
         let f = self.resolve_parent(base(fdir), from)?;
         let t = self.resolve_parent(base(tdir), to)?;
-        let (Some(fname), Some(tname)) = (f.name, t.name) else { return Err(Error::EBUSY) };
+        let (Some(fname), Some(tname)) = (f.name, t.name) else {
+            return Err(Error::EBUSY);
+        };
         if f.trailing_slash || t.trailing_slash {
             let (_, s) = self.lookup_child(f.dir.ino, &fname)?.ok_or(Error::ENOENT)?;
             if !s.is_dir() {
                 return Err(Error::ENOTDIR);
             }
         }
-        self.call(Request::Rename { from: f.dir, from_name: fname, to: t.dir, to_name: tname, flags })?;
+        self.call(Request::Rename {
+            from: f.dir,
+            from_name: fname,
+            to: t.dir,
+            to_name: tname,
+            flags,
+        })?;
         Ok(())
     }
 
@@ -149,13 +218,24 @@ impl Fs {
         self.link_at(None, existing.as_ref(), None, new.as_ref(), false)
     }
 
-    pub fn link_at(&self, odir: Option<&File>, old: &[u8], ndir: Option<&File>, new: &[u8], follow: bool) -> Result<()> {
+    pub fn link_at(
+        &self,
+        odir: Option<&File>,
+        old: &[u8],
+        ndir: Option<&File>,
+        new: &[u8],
+        follow: bool,
+    ) -> Result<()> {
         let (h, _) = self.resolve(base(odir), old, follow)?;
         let (p, name) = self.parent_for_change(ndir, new)?;
         if p.trailing_slash {
             return Err(Error::ENOENT);
         }
-        self.call_entry(Request::Link { target: h, parent: p.dir, name })?;
+        self.call_entry(Request::Link {
+            target: h,
+            parent: p.dir,
+            name,
+        })?;
         Ok(())
     }
 
@@ -169,7 +249,11 @@ impl Fs {
         if p.trailing_slash {
             return Err(Error::ENOENT);
         }
-        self.call_entry(Request::Symlink { parent: p.dir, name, target: target.to_vec() })?;
+        self.call_entry(Request::Symlink {
+            parent: p.dir,
+            name,
+            target: target.to_vec(),
+        })?;
         Ok(())
     }
 
@@ -198,7 +282,13 @@ impl Fs {
     }
 
     /// access(2) with R_OK/W_OK/X_OK bits (F_OK = 0 checks existence).
-    pub fn access_at(&self, dir: Option<&File>, path: &[u8], mode: u32, follow: bool) -> Result<()> {
+    pub fn access_at(
+        &self,
+        dir: Option<&File>,
+        path: &[u8],
+        mode: u32,
+        follow: bool,
+    ) -> Result<()> {
         let (_, d) = self.resolve(base(dir), path, follow)?;
         perm::check(self.creds(), &d, mode & (R | W | X))
     }
@@ -212,7 +302,13 @@ impl Fs {
         self.truncate_handle(h, size)
     }
 
-    fn setattr_at(&self, dir: Option<&File>, path: &[u8], follow: bool, attr: SetAttr) -> Result<()> {
+    fn setattr_at(
+        &self,
+        dir: Option<&File>,
+        path: &[u8],
+        follow: bool,
+        attr: SetAttr,
+    ) -> Result<()> {
         let (h, _) = self.resolve(base(dir), path, follow)?;
         self.call(Request::SetAttr { target: h, attr })?;
         Ok(())
@@ -223,19 +319,48 @@ impl Fs {
     }
 
     pub fn chmod_at(&self, dir: Option<&File>, path: &[u8], mode: u32, follow: bool) -> Result<()> {
-        self.setattr_at(dir, path, follow, SetAttr { mode: Some(mode), ..SetAttr::default() })
+        self.setattr_at(
+            dir,
+            path,
+            follow,
+            SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            },
+        )
     }
 
     pub fn chown(&self, path: impl AsRef<[u8]>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
         self.chown_at(None, path.as_ref(), uid, gid, true)
     }
 
-    pub fn chown_at(&self, dir: Option<&File>, path: &[u8], uid: Option<u32>, gid: Option<u32>, follow: bool) -> Result<()> {
-        self.setattr_at(dir, path, follow, SetAttr { uid, gid, ..SetAttr::default() })
+    pub fn chown_at(
+        &self,
+        dir: Option<&File>,
+        path: &[u8],
+        uid: Option<u32>,
+        gid: Option<u32>,
+        follow: bool,
+    ) -> Result<()> {
+        self.setattr_at(
+            dir,
+            path,
+            follow,
+            SetAttr {
+                uid,
+                gid,
+                ..SetAttr::default()
+            },
+        )
     }
 
     /// utimensat(2): None leaves a time alone (UTIME_OMIT).
-    pub fn utimens(&self, path: impl AsRef<[u8]>, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
+    pub fn utimens(
+        &self,
+        path: impl AsRef<[u8]>,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+    ) -> Result<()> {
         self.utimens_at(None, path.as_ref(), atime, mtime, true)
     }
 
@@ -247,7 +372,16 @@ impl Fs {
         mtime: Option<SetTime>,
         follow: bool,
     ) -> Result<()> {
-        self.setattr_at(dir, path, follow, SetAttr { atime, mtime, ..SetAttr::default() })
+        self.setattr_at(
+            dir,
+            path,
+            follow,
+            SetAttr {
+                atime,
+                mtime,
+                ..SetAttr::default()
+            },
+        )
     }
 
     pub fn read_dir(&self, path: impl AsRef<[u8]>) -> Result<ReadDir> {
@@ -278,7 +412,10 @@ impl Fs {
 
     /// Create or replace a whole file.
     pub fn write_file(&self, path: impl AsRef<[u8]>, data: &[u8]) -> Result<()> {
-        let f = self.open_file(path, &OpenOptions::new().write(true).create(true).truncate(true))?;
+        let f = self.open_file(
+            path,
+            &OpenOptions::new().write(true).create(true).truncate(true),
+        )?;
         f.write_at(data, 0)?;
         Ok(())
     }

@@ -26,7 +26,11 @@ pub struct Parent {
 impl Fs {
     /// Look `name` up in directory `dir`; the child's inode is read consistently with the
     /// directory, so a name removed (and its inode reused) meanwhile is never returned.
-    pub(crate) fn lookup_child(&self, dir: u64, name: &[u8]) -> Result<Option<(Handle, InodeData)>> {
+    pub(crate) fn lookup_child(
+        &self,
+        dir: u64,
+        name: &[u8],
+    ) -> Result<Option<(Handle, InodeData)>> {
         let core = &*self.core;
         let _pin = core.shared.epochs.pin();
         loop {
@@ -34,7 +38,9 @@ impl Fs {
             let d = inode::read(&core.pool, &core.geo, dir);
             let found = dir::lookup(&core.pool, &core.geo, d.root, name);
             let child = match &found {
-                Ok(Some(e)) if e.ino > 0 && e.ino < core.geo.inode_count => Some((e.ino, self.read_inode(e.ino))),
+                Ok(Some(e)) if e.ino > 0 && e.ino < core.geo.inode_count => {
+                    Some((e.ino, self.read_inode(e.ino)))
+                }
                 _ => None,
             };
             if !core.shared.seqs.read_ok(dir, s) {
@@ -43,8 +49,16 @@ impl Fs {
             return match found? {
                 None => Ok(None),
                 Some(e) => {
-                    let (ino, data) = child.ok_or_else(|| Error::corrupt(format!("entry points to bad inode {}", e.ino)))?;
-                    Ok(Some((Handle { ino, generation: data.generation }, data)))
+                    let (ino, data) = child.ok_or_else(|| {
+                        Error::corrupt(format!("entry points to bad inode {}", e.ino))
+                    })?;
+                    Ok(Some((
+                        Handle {
+                            ino,
+                            generation: data.generation,
+                        },
+                        data,
+                    )))
                 }
             };
         }
@@ -60,7 +74,9 @@ impl Fs {
             return Ok(inode::read_inline(&core.pool, &core.geo, ino, len));
         }
         if !core.geo.is_meta_page(d.root) {
-            return Err(Error::corrupt(format!("symlink {ino} points outside the metadata area")));
+            return Err(Error::corrupt(format!(
+                "symlink {ino} points outside the metadata area"
+            )));
         }
         Ok(core.pool.slice(d.root, d.size).to_vec())
     }
@@ -74,9 +90,19 @@ impl Fs {
     }
 
     fn parent_of(&self, dir: u64) -> (Handle, InodeData) {
-        let p = if dir == ROOT_INO { ROOT_INO } else { self.read_inode(dir).parent };
+        let p = if dir == ROOT_INO {
+            ROOT_INO
+        } else {
+            self.read_inode(dir).parent
+        };
         let d = self.read_inode(p);
-        (Handle { ino: p, generation: d.generation }, d)
+        (
+            Handle {
+                ino: p,
+                generation: d.generation,
+            },
+            d,
+        )
     }
 
     /// Resolve all but the last component of `path`, starting at `base` for relative paths.
@@ -104,7 +130,12 @@ impl Fs {
         }
     }
 
-    fn resolve_parent_counted(&self, base: Option<Handle>, path: &[u8], links: &mut u32) -> Result<Parent> {
+    fn resolve_parent_counted(
+        &self,
+        base: Option<Handle>,
+        path: &[u8],
+        links: &mut u32,
+    ) -> Result<Parent> {
         if path.is_empty() {
             return Err(Error::ENOENT);
         }
@@ -115,10 +146,18 @@ impl Fs {
             return Err(Error::EINVAL);
         }
         let (mut dir, mut dir_data) = self.start(base, path)?;
-        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+        let comps: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
         let trailing_slash = path.ends_with(b"/");
         let Some((&last, inner)) = comps.split_last() else {
-            return Ok(Parent { dir, dir_data, name: None, trailing_slash });
+            return Ok(Parent {
+                dir,
+                dir_data,
+                name: None,
+                trailing_slash,
+            });
         };
         for (i, &c) in inner.iter().enumerate() {
             if c.len() > dir::NAME_MAX {
@@ -162,24 +201,46 @@ impl Fs {
         }
         perm::check(&self.creds, &dir_data, X)?;
         match last {
-            b"." => Ok(Parent { dir, dir_data, name: None, trailing_slash }),
+            b"." => Ok(Parent {
+                dir,
+                dir_data,
+                name: None,
+                trailing_slash,
+            }),
             b".." => {
                 let (dir, dir_data) = self.parent_of(dir.ino);
-                Ok(Parent { dir, dir_data, name: None, trailing_slash })
+                Ok(Parent {
+                    dir,
+                    dir_data,
+                    name: None,
+                    trailing_slash,
+                })
             }
-            _ => Ok(Parent { dir, dir_data, name: Some(last.to_vec()), trailing_slash }),
+            _ => Ok(Parent {
+                dir,
+                dir_data,
+                name: Some(last.to_vec()),
+                trailing_slash,
+            }),
         }
     }
 
     /// Resolve a whole path; `follow` decides whether a symlink as the last component is
     /// followed (a trailing slash always follows).
-    pub(crate) fn resolve(&self, base: Option<Handle>, path: &[u8], follow: bool) -> Result<(Handle, InodeData)> {
+    pub(crate) fn resolve(
+        &self,
+        base: Option<Handle>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<(Handle, InodeData)> {
         let mut links = 0;
         let mut base = base;
         let mut path = path.to_vec();
         loop {
             let p = self.resolve_parent_counted(base, &path, &mut links)?;
-            let Some(name) = p.name else { return Ok((p.dir, p.dir_data)) };
+            let Some(name) = p.name else {
+                return Ok((p.dir, p.dir_data));
+            };
             let (h, d) = self.lookup_child(p.dir.ino, &name)?.ok_or(Error::ENOENT)?;
             if d.is_symlink() && (follow || p.trailing_slash) {
                 links += 1;

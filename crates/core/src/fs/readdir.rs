@@ -35,7 +35,12 @@ pub struct ReadDir {
 
 impl ReadDir {
     pub(crate) fn new(fs: Fs, dir: Handle) -> ReadDir {
-        ReadDir { fs, dir, cursor: 0, buf: VecDeque::new() }
+        ReadDir {
+            fs,
+            dir,
+            cursor: 0,
+            buf: VecDeque::new(),
+        }
     }
 
     /// The cookie of the position (telldir).
@@ -61,7 +66,12 @@ impl ReadDir {
             }
             self.buf = batch?
                 .into_iter()
-                .map(|e| DirEntry { cookie: e.hash, name: e.name, ino: e.ino, file_type: e.ftype })
+                .map(|e| DirEntry {
+                    cookie: e.hash,
+                    name: e.name,
+                    ino: e.ino,
+                    file_type: e.ftype,
+                })
                 .collect();
             return Ok(());
         }
@@ -69,7 +79,12 @@ impl ReadDir {
 
     fn dot(&mut self, name: &[u8], ino: u64, cookie: u64) -> Option<Result<DirEntry>> {
         self.cursor = cookie;
-        Some(Ok(DirEntry { name: name.to_vec(), ino, file_type: libc::DT_DIR, cookie }))
+        Some(Ok(DirEntry {
+            name: name.to_vec(),
+            ino,
+            file_type: libc::DT_DIR,
+            cookie,
+        }))
     }
 }
 

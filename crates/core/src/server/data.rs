@@ -18,15 +18,29 @@ const MAX_RESERVE: u64 = 4096;
 /// Zero the bytes in `[from, to)` of pages the file already has: they lie beyond the end of
 /// file (invisible), but may hold old bytes that must read as zeros once the size grows.
 /// Non-temporal stores; the caller fences.
-pub fn zero_range_beyond_eof(pool: &Pool, geo: &Geometry, d: &InodeData, from: u64, to: u64) -> Result<()> {
+pub fn zero_range_beyond_eof(
+    pool: &Pool,
+    geo: &Geometry,
+    d: &InodeData,
+    from: u64,
+    to: u64,
+) -> Result<()> {
     if from >= to {
         return Ok(());
     }
-    index::for_each_page(pool, geo, d.root, d.height, from / PAGE, to.div_ceil(PAGE), &mut |pg, page| {
-        let start = (pg * PAGE).max(from);
-        let end = ((pg + 1) * PAGE).min(to);
-        pool.zero_nt(page + start - pg * PAGE, end - start);
-    })
+    index::for_each_page(
+        pool,
+        geo,
+        d.root,
+        d.height,
+        from / PAGE,
+        to.div_ceil(PAGE),
+        &mut |pg, page| {
+            let start = (pg * PAGE).max(from);
+            let end = ((pg + 1) * PAGE).min(to);
+            pool.zero_nt(page + start - pg * PAGE, end - start);
+        },
+    )
 }
 
 impl Server {
@@ -42,14 +56,20 @@ impl Server {
         if pages.is_empty() {
             return Err(Error::with_msg(libc::ENOSPC, "no free data pages"));
         }
-        self.reservations.entry(client).or_default().extend(pages.iter().copied());
+        self.reservations
+            .entry(client)
+            .or_default()
+            .extend(pages.iter().copied());
         Ok(Response::Pages(pages))
     }
 
     pub(super) fn unreserve(&mut self, client: ClientId, pages: &[u64]) -> Result<Response> {
         let set = self.reservations.entry(client).or_default();
         if pages.iter().any(|p| !set.contains(p)) {
-            return Err(Error::with_msg(libc::EINVAL, "page not reserved by this client"));
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                "page not reserved by this client",
+            ));
         }
         for p in pages {
             set.remove(p);
@@ -58,7 +78,13 @@ impl Server {
         Ok(Response::Done)
     }
 
-    pub(super) fn commit_write(&mut self, client: ClientId, h: Handle, pages: &[(u64, u64)], end: u64) -> Result<Response> {
+    pub(super) fn commit_write(
+        &mut self,
+        client: ClientId,
+        h: Handle,
+        pages: &[(u64, u64)],
+        end: u64,
+    ) -> Result<Response> {
         let d = self.inode(h)?;
         if d.is_dir() {
             return Err(Error::EISDIR);
@@ -72,8 +98,14 @@ impl Server {
         let owned = self.reservations.get(&client);
         let mut seen = HashSet::new();
         for &(pg, page) in pages {
-            if pg >= MAX_FILE_SIZE / PAGE || !seen.insert(pg) || !owned.is_some_and(|s| s.contains(&page)) {
-                return Err(Error::with_msg(libc::EINVAL, "write commit names a page it does not own"));
+            if pg >= MAX_FILE_SIZE / PAGE
+                || !seen.insert(pg)
+                || !owned.is_some_and(|s| s.contains(&page))
+            {
+                return Err(Error::with_msg(
+                    libc::EINVAL,
+                    "write commit names a page it does not own",
+                ));
             }
         }
         let mut out = Vec::new();
@@ -103,22 +135,32 @@ impl Server {
     }
 
     /// Plan an index update, allocating (zeroed) nodes; returns the nodes to release on failure.
-    fn plan_index(&mut self, d: &InodeData, pages: &[(u64, u64)]) -> Result<(index::Plan, Vec<u64>)> {
+    fn plan_index(
+        &mut self,
+        d: &InodeData,
+        pages: &[(u64, u64)],
+    ) -> Result<(index::Plan, Vec<u64>)> {
         let max_pg = pages.iter().map(|p| p.0).max().unwrap_or(0);
-        // Worst case: growing to the new height plus one path of nodes per page.
-        let worst = (index::height_for(max_pg) as u64 + 1) * (pages.len() as u64).clamp(1, 4);
-        self.ensure_meta(worst.min(self.geo.meta_pages))?;
+        // Room for growing to the new height plus a few paths of new nodes, so that making
+        // room (a checkpoint) rarely has to happen in the middle of planning.
+        let likely = (index::height_for(max_pg) as u64 + 1) * (pages.len() as u64).clamp(1, 4);
+        self.ensure_meta(likely.min(self.alloc.meta.len()))?;
         let pool = self.pool.clone();
         let alloc = &mut self.alloc;
+        let mut taken = Vec::new();
         let plan = index::plan_set(&pool, &self.geo, d.root, d.height, pages, &mut || {
-            alloc.alloc_meta_page().ok_or_else(|| Error::with_msg(libc::ENOSPC, "no free metadata pages"))
+            let n = alloc
+                .alloc_meta_page()
+                .ok_or_else(|| Error::with_msg(libc::ENOSPC, "no free metadata pages"))?;
+            taken.push(n);
+            Ok(n)
         });
         match plan {
-            Ok(p) => {
-                let nodes = p.new_nodes.clone();
-                Ok((p, nodes))
+            Ok(p) => Ok((p, taken)),
+            Err(e) => {
+                self.release_nodes(taken);
+                Err(e)
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -157,7 +199,9 @@ impl Server {
         if a.uid.is_some() || a.gid.is_some() {
             let uid = a.uid.unwrap_or(d.uid);
             let gid = a.gid.unwrap_or(d.gid);
-            if !c.is_root() && (uid != d.uid || c.uid != d.uid || (gid != d.gid && !c.in_group(gid))) {
+            if !c.is_root()
+                && (uid != d.uid || c.uid != d.uid || (gid != d.gid && !c.in_group(gid)))
+            {
                 return Err(Error::EPERM);
             }
             if uid != d.uid || gid != d.gid {
@@ -215,10 +259,17 @@ impl Server {
     }
 
     /// Stores that change the size to `size`, and what to retire after the commit.
-    fn stage_truncate(&mut self, ino: u64, d: &InodeData, size: u64, out: &mut Vec<Entry>) -> Result<Vec<Item>> {
+    fn stage_truncate(
+        &mut self,
+        ino: u64,
+        d: &InodeData,
+        size: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<Vec<Item>> {
         let mut retired = Vec::new();
         if size < d.size {
-            let plan = index::plan_truncate(&self.pool, &self.geo, d.root, d.height, size.div_ceil(PAGE))?;
+            let plan =
+                index::plan_truncate(&self.pool, &self.geo, d.root, d.height, size.div_ceil(PAGE))?;
             self.push_plan(ino, d, &plan, out);
             if !plan.old_pages.is_empty() {
                 out.push(self.set64(ino, field::BLOCKS, d.blocks - plan.old_pages.len() as u64));
@@ -235,7 +286,13 @@ impl Server {
         Ok(retired)
     }
 
-    pub(super) fn fallocate(&mut self, h: Handle, offset: u64, len: u64, keep_size: bool) -> Result<Response> {
+    pub(super) fn fallocate(
+        &mut self,
+        h: Handle,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> Result<Response> {
         let d = self.inode(h)?;
         if d.is_dir() {
             return Err(Error::EISDIR);
@@ -246,7 +303,10 @@ impl Server {
         if len == 0 {
             return Err(Error::EINVAL);
         }
-        let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Error::EFBIG)?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Error::EFBIG)?;
         let mut holes = Vec::new();
         for pg in offset / PAGE..end.div_ceil(PAGE) {
             if index::lookup(&self.pool, &self.geo, d.root, d.height, pg)? == 0 {
@@ -259,7 +319,8 @@ impl Server {
         let mut pages = Vec::new();
         while (pages.len()) < holes.len() {
             let before = pages.len();
-            self.alloc.alloc_data_pages((holes.len() - pages.len()) as u64, &mut pages);
+            self.alloc
+                .alloc_data_pages((holes.len() - pages.len()) as u64, &mut pages);
             if pages.len() == before && !self.make_room() {
                 for p in pages {
                     self.alloc.release_now(Item::DataPage(p));

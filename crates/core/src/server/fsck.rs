@@ -37,10 +37,13 @@ impl Server {
             if !census.inodes.contains_key(&ino) {
                 let d = self.read_inode(ino);
                 census.walk_content(&self.pool, &self.geo, ino, &d);
-                census.inodes.entry(ino).or_insert(Expected::default());
+                census.inodes.entry(ino).or_default();
             }
         }
-        let mut r = FsckReport { problems: std::mem::take(&mut census.problems), ..FsckReport::default() };
+        let mut r = FsckReport {
+            problems: std::mem::take(&mut census.problems),
+            ..FsckReport::default()
+        };
         let mut inos: Vec<(u64, Expected)> = census.inodes.iter().map(|(&i, &e)| (i, e)).collect();
         inos.sort_by_key(|e| e.0);
         for (ino, exp) in inos {
@@ -48,44 +51,67 @@ impl Server {
             let mut want_nlink = exp.links;
             if d.is_dir() {
                 r.dirs += 1;
-                want_nlink = if d.nlink == 0 && exp.links == 0 { 0 } else { 2 + exp.subdirs };
+                want_nlink = if d.nlink == 0 && exp.links == 0 {
+                    0
+                } else {
+                    2 + exp.subdirs
+                };
                 if d.size != exp.entries {
-                    r.problems.push(format!("directory {ino}: size says {} entries, it has {}", d.size, exp.entries));
+                    r.problems.push(format!(
+                        "directory {ino}: size says {} entries, it has {}",
+                        d.size, exp.entries
+                    ));
                     fixes.push(self.set64(ino, field::SIZE, exp.entries));
                 }
-                let want_parent = if ino == ROOT_INO { ROOT_INO } else { exp.parent };
+                let want_parent = if ino == ROOT_INO {
+                    ROOT_INO
+                } else {
+                    exp.parent
+                };
                 if exp.links > 0 && d.parent != want_parent {
-                    r.problems.push(format!("directory {ino}: parent says {}, it is in {want_parent}", d.parent));
+                    r.problems.push(format!(
+                        "directory {ino}: parent says {}, it is in {want_parent}",
+                        d.parent
+                    ));
                     fixes.push(self.set64(ino, field::PARENT, want_parent));
                 }
             } else if d.is_reg() {
                 r.files += 1;
                 if d.blocks != exp.pages {
-                    r.problems.push(format!("file {ino}: block count says {} pages, index has {}", d.blocks, exp.pages));
+                    r.problems.push(format!(
+                        "file {ino}: block count says {} pages, index has {}",
+                        d.blocks, exp.pages
+                    ));
                     fixes.push(self.set64(ino, field::BLOCKS, exp.pages));
                 }
             } else if d.is_symlink() {
                 r.symlinks += 1;
             }
             if d.nlink != want_nlink {
-                r.problems.push(format!("inode {ino}: link count is {}, expected {want_nlink}", d.nlink));
+                r.problems.push(format!(
+                    "inode {ino}: link count is {}, expected {want_nlink}",
+                    d.nlink
+                ));
                 fixes.push(self.set32(ino, field::NLINK, want_nlink));
             }
             touched.push(ino);
         }
-        let pending: Vec<Item> = self.alloc.pending_items().collect();
+        let pending: std::collections::HashSet<Item> = self.alloc.pending_items().collect();
         let reserved: std::collections::HashSet<u64> = self.reserved_pages().collect();
         for ino in 1..self.geo.inode_count {
             let live = self.read_inode(ino).mode != 0;
             let reached = census.inodes.contains_key(&ino);
             let used = self.alloc.inodes.get(ino);
             if live && !reached {
-                r.problems.push(format!("inode {ino} is allocated but has no name (orphan)"));
+                r.problems
+                    .push(format!("inode {ino} is allocated but has no name (orphan)"));
                 orphans.push(ino);
             } else if reached && !used {
-                r.problems.push(format!("inode {ino} is in use but marked free"));
+                r.problems
+                    .push(format!("inode {ino} is in use but marked free"));
             } else if used && !live && !pending.contains(&Item::Inode(ino)) {
-                r.problems.push(format!("inode {ino} is marked used but free (leak)"));
+                r.problems
+                    .push(format!("inode {ino} is marked used but free (leak)"));
             }
         }
         let mut leaks = Vec::new();
@@ -94,23 +120,31 @@ impl Server {
             let off = self.geo.meta_off + i * crate::layout::PAGE;
             let (reached, used) = (census.meta.get(i), self.alloc.meta.get(i));
             if reached && !used {
-                r.problems.push(format!("metadata page {off:#x} is in use but marked free"));
+                r.problems
+                    .push(format!("metadata page {off:#x} is in use but marked free"));
                 unmarked.push(Item::MetaPage(off));
             } else if used && !reached && !pending.contains(&Item::MetaPage(off)) {
-                r.problems.push(format!("metadata page {off:#x} is marked used but unreachable (leak)"));
+                r.problems.push(format!(
+                    "metadata page {off:#x} is marked used but unreachable (leak)"
+                ));
                 leaks.push(Item::MetaPage(off));
             }
         }
-        let pending_data: std::collections::HashSet<u64> =
-            pending.iter().filter_map(|p| if let Item::DataPage(x) = p { Some(*x) } else { None }).collect();
         for i in 0..self.geo.data_pages {
             let off = self.geo.data_off + i * crate::layout::PAGE;
             let (reached, used) = (census.data.get(i), self.alloc.data.get(i));
             if reached && !used {
-                r.problems.push(format!("data page {off:#x} is in use but marked free"));
+                r.problems
+                    .push(format!("data page {off:#x} is in use but marked free"));
                 unmarked.push(Item::DataPage(off));
-            } else if used && !reached && !reserved.contains(&off) && !pending_data.contains(&off) {
-                r.problems.push(format!("data page {off:#x} is marked used but unreachable (leak)"));
+            } else if used
+                && !reached
+                && !reserved.contains(&off)
+                && !pending.contains(&Item::DataPage(off))
+            {
+                r.problems.push(format!(
+                    "data page {off:#x} is marked used but unreachable (leak)"
+                ));
                 leaks.push(Item::DataPage(off));
             }
         }

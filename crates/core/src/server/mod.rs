@@ -25,6 +25,9 @@ use std::sync::Arc;
 pub use data::zero_range_beyond_eof;
 pub use namespace::{check_name, ftype_of};
 
+/// Retired items collected before trying to reclaim them.
+const RECLAIM_BATCH: usize = 4096;
+
 /// Identifies a client (a process, or the in-process client) to the server.
 pub type ClientId = u64;
 
@@ -46,13 +49,21 @@ pub struct Server {
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: HashMap<u64, u32>,
     reservations: HashMap<ClientId, HashSet<u64>>,
+    /// Pending frees at which `retire` next tries to reclaim.
+    reclaim_at: usize,
     /// Set by `shutdown`: the pool is marked clean and takes no more requests.
     closed: bool,
 }
 
 impl Server {
     /// Take over an opened (and, if needed, recovered) pool. Marks it in use.
-    pub fn start(pool: Arc<Pool>, mut sb: Superblock, alloc: Allocator, head: LogHead, shared: Arc<Shared>) -> Server {
+    pub fn start(
+        pool: Arc<Pool>,
+        mut sb: Superblock,
+        alloc: Allocator,
+        head: LogHead,
+        shared: Arc<Shared>,
+    ) -> Server {
         sb.clean = 0;
         sb.log_head = head.head;
         sb.log_head_seq = head.seq;
@@ -68,6 +79,7 @@ impl Server {
             checkpoints: 0,
             open: HashMap::new(),
             reservations: HashMap::new(),
+            reclaim_at: RECLAIM_BATCH,
             closed: false,
         }
     }
@@ -99,19 +111,43 @@ impl Server {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
         }
         match req {
-            Request::Create { parent, name, mode, excl } => self.create(creds, parent, &name, mode, excl),
+            Request::Create {
+                parent,
+                name,
+                mode,
+                excl,
+            } => self.create(creds, parent, &name, mode, excl),
             Request::Mkdir { parent, name, mode } => self.mkdir(creds, parent, &name, mode),
-            Request::Symlink { parent, name, target } => self.symlink(creds, parent, &name, &target),
-            Request::Link { target, parent, name } => self.link(creds, target, parent, &name),
+            Request::Symlink {
+                parent,
+                name,
+                target,
+            } => self.symlink(creds, parent, &name, &target),
+            Request::Link {
+                target,
+                parent,
+                name,
+            } => self.link(creds, target, parent, &name),
             Request::Unlink { parent, name, dir } => self.unlink(creds, parent, &name, dir),
-            Request::Rename { from, from_name, to, to_name, flags } => {
-                self.rename(creds, from, &from_name, to, &to_name, flags)
-            }
+            Request::Rename {
+                from,
+                from_name,
+                to,
+                to_name,
+                flags,
+            } => self.rename(creds, from, &from_name, to, &to_name, flags),
             Request::SetAttr { target, attr } => self.setattr(creds, target, attr),
-            Request::Fallocate { target, offset, len, keep_size } => self.fallocate(target, offset, len, keep_size),
+            Request::Fallocate {
+                target,
+                offset,
+                len,
+                keep_size,
+            } => self.fallocate(target, offset, len, keep_size),
             Request::Reserve { pages } => self.reserve(client, pages),
             Request::Unreserve { pages } => self.unreserve(client, &pages),
-            Request::CommitWrite { target, pages, end } => self.commit_write(client, target, &pages, end),
+            Request::CommitWrite { target, pages, end } => {
+                self.commit_write(client, target, &pages, end)
+            }
             Request::Open { target } => {
                 self.inode(target)?;
                 *self.open.entry(target.ino).or_default() += 1;
@@ -203,8 +239,10 @@ impl Server {
         for &it in items {
             self.alloc.retire(it, tag, self.checkpoints);
         }
-        if self.alloc.pending() > 4096 {
+        if self.alloc.pending() >= self.reclaim_at {
             self.reclaim();
+            // Items gated by the next checkpoint stay pending: do not rescan them every time.
+            self.reclaim_at = self.alloc.pending() + RECLAIM_BATCH;
         }
     }
 
@@ -243,7 +281,10 @@ impl Server {
     /// Validate a client's handle: in range, live, same generation.
     pub(crate) fn inode(&self, h: Handle) -> Result<InodeData> {
         if h.ino == 0 || h.ino >= self.geo.inode_count {
-            return Err(Error::with_msg(libc::ESTALE, format!("inode {} is out of range", h.ino)));
+            return Err(Error::with_msg(
+                libc::ESTALE,
+                format!("inode {} is out of range", h.ino),
+            ));
         }
         let d = self.read_inode(h.ino);
         if d.is_free() || d.generation != h.generation {
@@ -277,7 +318,12 @@ impl Server {
 
     /// mtime and ctime of a directory (or file) to `now`.
     pub(crate) fn touch(&self, ino: u64, now: i64, out: &mut Vec<Entry>) {
-        out.push(Entry::Seq { off: self.field(ino, field::MTIME), count: 2, start: now as u64, step: 0 });
+        out.push(Entry::Seq {
+            off: self.field(ino, field::MTIME),
+            count: 2,
+            start: now as u64,
+            step: 0,
+        });
     }
 
     /// Everything an inode holds, for retiring when it is freed.
@@ -295,7 +341,13 @@ impl Server {
             )?;
             items.extend(pages);
         } else if d.is_dir() {
-            crate::dir::walk(&self.pool, &self.geo, d.root, &mut |p| items.push(Item::MetaPage(p)), &mut |_| {})?;
+            crate::dir::walk(
+                &self.pool,
+                &self.geo,
+                d.root,
+                &mut |p| items.push(Item::MetaPage(p)),
+                &mut |_| {},
+            )?;
         } else if d.is_symlink() && d.root != 0 {
             items.push(Item::MetaPage(d.root));
         }

@@ -97,7 +97,9 @@ impl Server {
     ) -> Result<()> {
         for (&(dino, name, ino, ftype), place) in wants.iter().zip(places) {
             match place {
-                Place::Leaf { leaf, slot } => out.push(dir::stage_entry(&self.pool, leaf, slot, name, ino, ftype)),
+                Place::Leaf { leaf, slot } => {
+                    out.push(dir::stage_entry(&self.pool, leaf, slot, name, ino, ftype))
+                }
                 Place::NewLeaf => {
                     let page = self.alloc_meta()?;
                     fresh.push(Item::MetaPage(page));
@@ -116,7 +118,13 @@ impl Server {
     }
 
     /// Allocate and initialise (unpublished) a new inode.
-    fn new_inode(&mut self, c: &Creds, parent: (u64, &InodeData), mode: u32, now: i64) -> Result<(Handle, InodeData)> {
+    fn new_inode(
+        &mut self,
+        c: &Creds,
+        parent: (u64, &InodeData),
+        mode: u32,
+        now: i64,
+    ) -> Result<(Handle, InodeData)> {
         let ino = self.alloc_inode()?;
         let old = self.read_inode(ino);
         let (pino, p) = parent;
@@ -149,11 +157,24 @@ impl Server {
         let at = self.geo.inode_addr(ino);
         self.pool.write(at, &rec);
         self.pool.flush(at, 128);
-        Ok((Handle { ino, generation: d.generation }, d))
+        Ok((
+            Handle {
+                ino,
+                generation: d.generation,
+            },
+            d,
+        ))
     }
 
     /// Shared body of create, mkdir and symlink.
-    fn make_node(&mut self, c: &Creds, parent: Handle, name: &[u8], mode: u32, target: Option<&[u8]>) -> Result<Handle> {
+    fn make_node(
+        &mut self,
+        c: &Creds,
+        parent: Handle,
+        name: &[u8],
+        mode: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Handle> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
         if self.lookup(&p, name)?.is_some() {
@@ -174,7 +195,12 @@ impl Server {
                 self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?;
             }
             let mut out = Vec::new();
-            self.stage(&[(parent.ino, name, h.ino, ftype_of(mode))], places, &mut out, &mut fresh)?;
+            self.stage(
+                &[(parent.ino, name, h.ino, ftype_of(mode))],
+                places,
+                &mut out,
+                &mut fresh,
+            )?;
             self.pool.fence();
             out.push(self.set64(parent.ino, field::SIZE, p.size + 1));
             if is_dir {
@@ -190,7 +216,13 @@ impl Server {
         result
     }
 
-    fn stage_symlink_target(&mut self, ino: u64, d: &mut InodeData, t: &[u8], fresh: &mut Vec<Item>) -> Result<()> {
+    fn stage_symlink_target(
+        &mut self,
+        ino: u64,
+        d: &mut InodeData,
+        t: &[u8],
+        fresh: &mut Vec<Item>,
+    ) -> Result<()> {
         let at = self.geo.inode_addr(ino);
         d.size = t.len() as u64;
         if t.len() as u64 <= field::INLINE_LEN {
@@ -208,7 +240,14 @@ impl Server {
         Ok(())
     }
 
-    pub(super) fn create(&mut self, c: &Creds, parent: Handle, name: &[u8], mode: u32, excl: bool) -> Result<Response> {
+    pub(super) fn create(
+        &mut self,
+        c: &Creds,
+        parent: Handle,
+        name: &[u8],
+        mode: u32,
+        excl: bool,
+    ) -> Result<Response> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
         if let Some(d) = self.lookup(&p, name)? {
@@ -216,18 +255,42 @@ impl Server {
                 return Err(Error::EEXIST);
             }
             let e = self.read_inode(d.ino);
-            return Ok(Response::Entry { handle: Handle { ino: d.ino, generation: e.generation }, created: false });
+            return Ok(Response::Entry {
+                handle: Handle {
+                    ino: d.ino,
+                    generation: e.generation,
+                },
+                created: false,
+            });
         }
         let handle = self.make_node(c, parent, name, S_IFREG | (mode & 0o7777), None)?;
-        Ok(Response::Entry { handle, created: true })
+        Ok(Response::Entry {
+            handle,
+            created: true,
+        })
     }
 
-    pub(super) fn mkdir(&mut self, c: &Creds, parent: Handle, name: &[u8], mode: u32) -> Result<Response> {
+    pub(super) fn mkdir(
+        &mut self,
+        c: &Creds,
+        parent: Handle,
+        name: &[u8],
+        mode: u32,
+    ) -> Result<Response> {
         let handle = self.make_node(c, parent, name, S_IFDIR | (mode & 0o7777), None)?;
-        Ok(Response::Entry { handle, created: true })
+        Ok(Response::Entry {
+            handle,
+            created: true,
+        })
     }
 
-    pub(super) fn symlink(&mut self, c: &Creds, parent: Handle, name: &[u8], target: &[u8]) -> Result<Response> {
+    pub(super) fn symlink(
+        &mut self,
+        c: &Creds,
+        parent: Handle,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Response> {
         if target.is_empty() {
             return Err(Error::ENOENT);
         }
@@ -235,10 +298,19 @@ impl Server {
             return Err(Error::ENAMETOOLONG);
         }
         let handle = self.make_node(c, parent, name, S_IFLNK | 0o777, Some(target))?;
-        Ok(Response::Entry { handle, created: true })
+        Ok(Response::Entry {
+            handle,
+            created: true,
+        })
     }
 
-    pub(super) fn link(&mut self, c: &Creds, target: Handle, parent: Handle, name: &[u8]) -> Result<Response> {
+    pub(super) fn link(
+        &mut self,
+        c: &Creds,
+        target: Handle,
+        parent: Handle,
+        name: &[u8],
+    ) -> Result<Response> {
         check_name(name)?;
         let t = self.inode(target)?;
         let p = self.dir_inode(parent)?;
@@ -259,7 +331,12 @@ impl Server {
         let now = self.now();
         let mut out = Vec::new();
         let mut fresh = Vec::new();
-        if let Err(e) = self.stage(&[(parent.ino, name, target.ino, ftype_of(t.mode))], places, &mut out, &mut fresh) {
+        if let Err(e) = self.stage(
+            &[(parent.ino, name, target.ino, ftype_of(t.mode))],
+            places,
+            &mut out,
+            &mut fresh,
+        ) {
             self.release(fresh);
             return Err(e);
         }
@@ -269,19 +346,42 @@ impl Server {
         out.push(self.set64(parent.ino, field::SIZE, p.size + 1));
         self.touch(parent.ino, now, &mut out);
         self.commit(&out, &[parent.ino, target.ino])?;
-        Ok(Response::Entry { handle: target, created: true })
+        Ok(Response::Entry {
+            handle: target,
+            created: true,
+        })
     }
 
     /// Drop one name of `ino`; if that was its last name and nobody has it open, also free
     /// it in the same record and return what to retire after the commit.
-    fn drop_link(&self, ino: u64, d: &InodeData, now: i64, out: &mut Vec<Entry>) -> Result<Vec<Item>> {
-        let nlink = if d.is_dir() { 0 } else { d.nlink.saturating_sub(1) };
+    fn drop_link(
+        &self,
+        ino: u64,
+        d: &InodeData,
+        now: i64,
+        out: &mut Vec<Entry>,
+    ) -> Result<Vec<Item>> {
+        let nlink = if d.is_dir() {
+            0
+        } else {
+            d.nlink.saturating_sub(1)
+        };
         out.push(self.set32(ino, field::NLINK, nlink));
         out.push(self.set64(ino, field::CTIME, now as u64));
-        if nlink == 0 && !self.is_open(ino) { self.stage_free(ino, out) } else { Ok(Vec::new()) }
+        if nlink == 0 && !self.is_open(ino) {
+            self.stage_free(ino, out)
+        } else {
+            Ok(Vec::new())
+        }
     }
 
-    pub(super) fn unlink(&mut self, c: &Creds, parent: Handle, name: &[u8], rmdir: bool) -> Result<Response> {
+    pub(super) fn unlink(
+        &mut self,
+        c: &Creds,
+        parent: Handle,
+        name: &[u8],
+        rmdir: bool,
+    ) -> Result<Response> {
         if name == b"." {
             return Err(Error::EINVAL);
         }
@@ -342,7 +442,9 @@ impl Server {
         flags: u32,
     ) -> Result<Response> {
         let exchange = flags & RENAME_EXCHANGE != 0;
-        if flags & !(RENAME_EXCHANGE | RENAME_NOREPLACE) != 0 || (exchange && flags & RENAME_NOREPLACE != 0) {
+        if flags & !(RENAME_EXCHANGE | RENAME_NOREPLACE) != 0
+            || (exchange && flags & RENAME_NOREPLACE != 0)
+        {
             return Err(Error::EINVAL);
         }
         for n in [fname, tname] {

@@ -1,0 +1,249 @@
+//! Workloads: the operations the harness runs, the fixed starting tree, and the generated
+//! sets (every single operation, ordered pairs, random sequences).
+
+use engram_core::{Fs, OpenOptions, RENAME_EXCHANGE, RENAME_NOREPLACE, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create(String),
+    Mkdir(String),
+    Rmdir(String),
+    Unlink(String),
+    Write {
+        path: String,
+        off: u64,
+        len: u64,
+        seed: u8,
+    },
+    Truncate(String, u64),
+    Rename(String, String, u32),
+    Link(String, String),
+    Symlink(String, String),
+    Chmod(String, u32),
+    Fallocate {
+        path: String,
+        off: u64,
+        len: u64,
+        keep: bool,
+    },
+    /// Open a file, unlink it, write through the still-open handle, close it.
+    UnlinkOpen(String),
+}
+
+/// Deterministic content for writes.
+pub fn pattern(seed: u8, off: u64, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add(((off + i) % 251) as u8))
+        .collect()
+}
+
+impl Op {
+    pub fn apply(&self, fs: &Fs) -> Result<()> {
+        match self {
+            Op::Create(p) => fs
+                .open_file(p, &OpenOptions::new().write(true).create(true))
+                .map(drop),
+            Op::Mkdir(p) => fs.mkdir(p, 0o755),
+            Op::Rmdir(p) => fs.rmdir(p),
+            Op::Unlink(p) => fs.unlink(p),
+            Op::Write {
+                path,
+                off,
+                len,
+                seed,
+            } => {
+                let f = fs.open_file(path, &OpenOptions::new().write(true))?;
+                f.write_at(&pattern(*seed, *off, *len), *off).map(drop)
+            }
+            Op::Truncate(p, size) => fs.truncate(p, *size),
+            Op::Rename(a, b, flags) => fs.rename_at(None, a.as_bytes(), None, b.as_bytes(), *flags),
+            Op::Link(a, b) => fs.link(a, b),
+            Op::Symlink(target, p) => fs.symlink(target, p),
+            Op::Chmod(p, mode) => fs.chmod(p, *mode),
+            Op::Fallocate {
+                path,
+                off,
+                len,
+                keep,
+            } => {
+                let f = fs.open_file(path, &OpenOptions::new().write(true))?;
+                f.allocate(*off, *len, *keep)
+            }
+            Op::UnlinkOpen(p) => {
+                let f = fs.open_file(p, &OpenOptions::new().read(true).write(true))?;
+                fs.unlink(p)?;
+                f.write_at(b"still here", 0).map(drop)
+            }
+        }
+    }
+}
+
+/// The tree every single-operation and pair workload starts from.
+pub fn starting_tree(fs: &Fs) -> Result<()> {
+    fs.write_file("/small", &pattern(1, 0, 100))?;
+    fs.write_file("/page", &pattern(2, 0, 4096))?;
+    fs.write_file("/big", &pattern(3, 0, 3 * 4096 + 100))?;
+    fs.mkdir("/dir", 0o755)?;
+    fs.mkdir("/dir/sub", 0o755)?;
+    fs.write_file("/dir/sub/file", &pattern(4, 0, 5000))?;
+    fs.write_file("/dir/a", &pattern(5, 0, 10))?;
+    fs.mkdir("/empty", 0o700)?;
+    fs.symlink("small", "/sl")?;
+    fs.link("/page", "/hard")?;
+    let f = fs.open_file("/sparse", &OpenOptions::new().write(true).create(true))?;
+    f.write_at(&pattern(6, 20000, 100), 20000)?;
+    Ok(())
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+fn write(path: &str, off: u64, len: u64, seed: u8) -> Op {
+    Op::Write {
+        path: s(path),
+        off,
+        len,
+        seed,
+    }
+}
+
+/// Every single operation of the engine, named.
+pub fn singles() -> Vec<(String, Op)> {
+    let long_target = "t".repeat(100);
+    let v = vec![
+        ("create", Op::Create(s("/new"))),
+        ("create-nested", Op::Create(s("/dir/sub/new"))),
+        (
+            "create-long-name",
+            Op::Create(format!("/{}", "n".repeat(200))),
+        ),
+        ("mkdir", Op::Mkdir(s("/newdir"))),
+        ("mkdir-nested", Op::Mkdir(s("/dir/sub/deep"))),
+        ("rmdir", Op::Rmdir(s("/empty"))),
+        ("rmdir-nonempty", Op::Rmdir(s("/dir"))),
+        ("unlink", Op::Unlink(s("/small"))),
+        ("unlink-hardlink", Op::Unlink(s("/hard"))),
+        ("unlink-symlink", Op::Unlink(s("/sl"))),
+        ("unlink-open", Op::UnlinkOpen(s("/big"))),
+        ("rename", Op::Rename(s("/small"), s("/moved"), 0)),
+        ("rename-replace", Op::Rename(s("/small"), s("/page"), 0)),
+        (
+            "rename-dir-replace-empty",
+            Op::Rename(s("/dir"), s("/empty"), 0),
+        ),
+        (
+            "rename-dir-across",
+            Op::Rename(s("/dir/sub"), s("/moved-sub"), 0),
+        ),
+        (
+            "rename-into-subdir",
+            Op::Rename(s("/big"), s("/dir/sub/big"), 0),
+        ),
+        (
+            "rename-exchange",
+            Op::Rename(s("/small"), s("/dir"), RENAME_EXCHANGE),
+        ),
+        (
+            "rename-noreplace",
+            Op::Rename(s("/small"), s("/big"), RENAME_NOREPLACE),
+        ),
+        (
+            "rename-dir-into-itself",
+            Op::Rename(s("/dir"), s("/dir/sub/x"), 0),
+        ),
+        ("link", Op::Link(s("/small"), s("/dir/link2"))),
+        ("symlink", Op::Symlink(s("small"), s("/dir/sl2"))),
+        ("symlink-long", Op::Symlink(long_target, s("/lsl"))),
+        ("append-in-page", write("/small", 100, 50, 7)),
+        ("append-across-pages", write("/small", 100, 9000, 8)),
+        ("overwrite-aligned", write("/big", 4096, 4096, 9)),
+        ("overwrite-unaligned", write("/big", 1000, 5000, 10)),
+        ("overwrite-and-extend", write("/big", 10000, 8000, 11)),
+        ("extend-over-hole", write("/small", 30000, 10, 12)),
+        ("fill-hole", write("/sparse", 0, 100, 13)),
+        ("write-large", write("/big", 0, 40000, 14)),
+        ("truncate-down", Op::Truncate(s("/big"), 10)),
+        ("truncate-zero", Op::Truncate(s("/big"), 0)),
+        ("truncate-up", Op::Truncate(s("/small"), 20000)),
+        ("chmod", Op::Chmod(s("/small"), 0o600)),
+        (
+            "fallocate",
+            Op::Fallocate {
+                path: s("/small"),
+                off: 0,
+                len: 20000,
+                keep: false,
+            },
+        ),
+        (
+            "fallocate-keep-size",
+            Op::Fallocate {
+                path: s("/small"),
+                off: 0,
+                len: 20000,
+                keep: true,
+            },
+        ),
+    ];
+    v.into_iter().map(|(n, o)| (n.to_string(), o)).collect()
+}
+
+/// A small deterministic generator (splitmix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A random sequence of `len` operations over a small set of names, so that they collide.
+pub fn random_sequence(rng: &mut Rng, len: usize) -> Vec<Op> {
+    const NAMES: [&str; 8] = ["/a", "/b", "/d", "/d/a", "/d/b", "/d/e", "/d/e/c", "/small"];
+    let mut ops = Vec::with_capacity(len);
+    for _ in 0..len {
+        let mut name = || NAMES[rng.below(NAMES.len() as u64) as usize].to_string();
+        let (a, b) = (name(), name());
+        let op = match rng.below(14) {
+            0 | 1 => Op::Create(a),
+            2 => Op::Mkdir(a),
+            3 => Op::Rmdir(a),
+            4 => Op::Unlink(a),
+            5..=7 => {
+                let off = rng.below(3) * 4096 + rng.below(2) * rng.below(4096);
+                let len = 1 + rng.below(3) * rng.below(6000);
+                Op::Write {
+                    path: a,
+                    off,
+                    len,
+                    seed: rng.below(250) as u8,
+                }
+            }
+            8 => Op::Truncate(a, rng.below(3) * rng.below(9000)),
+            9 => Op::Rename(
+                a,
+                b,
+                [0, 0, RENAME_NOREPLACE, RENAME_EXCHANGE][rng.below(4) as usize],
+            ),
+            10 => Op::Link(a, b),
+            11 => Op::Symlink(b.trim_start_matches('/').to_string(), a),
+            12 => Op::Chmod(a, 0o600 + rng.below(0o177) as u32),
+            _ => Op::Fallocate {
+                path: a,
+                off: rng.below(8000),
+                len: 1 + rng.below(9000),
+                keep: rng.below(2) == 0,
+            },
+        };
+        ops.push(op);
+    }
+    ops
+}

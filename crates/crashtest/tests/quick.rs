@@ -1,0 +1,28 @@
+use engram_crashtest::{Config, run};
+
+#[test]
+fn quick_mode_finds_no_failure() {
+    let cfg = Config {
+        quick: true,
+        seed: 1,
+        workload: std::env::var("CRASH_WORKLOAD").ok(),
+    };
+    let out = run(&cfg, &mut |_, _, _| {});
+    for f in out.failures.iter().take(20) {
+        eprintln!("FAIL {} at {}: {}", f.workload, f.crash_point, f.detail);
+    }
+    for u in out.unflushed.iter().take(20) {
+        eprintln!("UNFLUSHED {u}");
+    }
+    eprintln!(
+        "crash states checked: {}, failures: {}",
+        out.states,
+        out.failures.len()
+    );
+    assert!(
+        out.ok(),
+        "{} failures, {} unflushed stores",
+        out.failures.len(),
+        out.unflushed.len()
+    );
+}
