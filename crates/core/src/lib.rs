@@ -22,4 +22,4 @@ pub mod server;
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
 pub use perm::Creds;
 pub use request::{RENAME_EXCHANGE, RENAME_NOREPLACE, SetTime, StatFs};
-pub use server::FsckReport;
+pub use server::{FsckReport, ServerStats};

@@ -177,6 +177,9 @@ pub struct Log {
     next_seq: u64,
     /// Bytes used since the last checkpoint (records and wrap padding).
     used: u64,
+    /// Records appended and wrap-arounds since the log was opened (statistics).
+    pub appended: u64,
+    pub wraps: u64,
     buf: Vec<u8>,
 }
 
@@ -195,6 +198,8 @@ impl Log {
             tail: head.head,
             next_seq: head.seq,
             used: 0,
+            appended: 0,
+            wraps: 0,
             buf: Vec::new(),
         }
     }
@@ -222,6 +227,9 @@ impl Log {
     /// The head a checkpoint taken now would record: everything so far is applied.
     pub fn checkpoint(&mut self) -> LogHead {
         self.used = 0;
+        if self.tail == self.len {
+            self.tail = 0;
+        }
         LogHead {
             head: self.tail,
             seq: self.next_seq,
@@ -238,13 +246,18 @@ impl Log {
                 "operation too large for the log",
             ));
         }
-        if self.tail + len > self.len {
+        if self.tail == self.len {
+            // The last record ended exactly at the end: replay wraps there by itself.
+            self.tail = 0;
+        } else if self.tail + len > self.len {
             let pad = self.len - self.tail;
             self.write_record(pool, KIND_WRAP, &[], pad);
             self.used += pad;
             self.tail = 0;
+            self.wraps += 1;
         }
         self.write_record(pool, KIND_OPS, entries, len);
+        self.appended += 1;
         self.used += len;
         self.tail += len;
         pool.fence();

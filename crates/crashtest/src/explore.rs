@@ -106,6 +106,9 @@ fn record(name: &str, image: &[u8], ops: &[Op], out: &mut Outcome) -> Result<Run
         if let Some(op) = ops.get(i) {
             let _ = op.apply(fs.as_ref().unwrap());
         } else if let Some(f) = fs.take() {
+            let st = f.stats();
+            out.checkpoints += st.checkpoints;
+            out.log_wraps += st.log_wraps;
             f.unmount().map_err(|e| e.to_string())?;
         }
         pool.mark(2 * i as u64 + 1);

@@ -30,6 +30,9 @@ pub struct Outcome {
     pub workloads: u64,
     pub failures: Vec<Failure>,
     pub unflushed: Vec<String>,
+    /// Log checkpoints and wrap-arounds that happened during the recorded workloads.
+    pub checkpoints: u64,
+    pub log_wraps: u64,
 }
 
 impl Outcome {
@@ -58,7 +61,12 @@ pub fn workloads(cfg: &Config) -> Vec<(String, bool, Vec<Op>)> {
     let mut rng = Rng(cfg.seed);
     let count = if cfg.quick { 6 } else { 300 };
     for i in 0..count {
-        let len = 10 + rng.below(41) as usize;
+        // The first sequence is long enough to pass the checkpoint threshold of the log.
+        let len = if i == 0 {
+            120
+        } else {
+            10 + rng.below(41) as usize
+        };
         let ops = workload::random_sequence(&mut rng, len);
         out.push((format!("random/{}-{i}", cfg.seed), false, ops));
     }
@@ -73,7 +81,15 @@ pub fn run(cfg: &Config, progress: &mut dyn FnMut(usize, usize, &Outcome)) -> Ou
         .filter(|(n, _, _)| cfg.workload.as_ref().is_none_or(|w| n.contains(w.as_str())))
         .collect();
     let with_tree = explore::base_image(&|fs| workload::starting_tree(fs));
-    let empty = explore::base_image(&|_| Ok(()));
+    // Random sequences start from an empty tree whose log tail has been moved near the
+    // end of the log, so that they cross the wrap-around point.
+    let empty = explore::base_image(&|fs| {
+        for _ in 0..50 {
+            fs.mkdir("/warm", 0o755)?;
+            fs.rmdir("/warm")?;
+        }
+        Ok(())
+    });
     let (with_tree, empty) = match (with_tree, empty) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {

@@ -15,6 +15,16 @@ fn quick_mode_finds_no_failure() {
         eprintln!("UNFLUSHED {u}");
     }
     eprintln!(
+        "checkpoints: {}, log wraps: {}",
+        out.checkpoints, out.log_wraps
+    );
+    if cfg.workload.is_none() {
+        assert!(
+            out.checkpoints > 0 && out.log_wraps > 0,
+            "the workloads must cover checkpoints and wrap-around"
+        );
+    }
+    eprintln!(
         "crash states checked: {}, failures: {}",
         out.states,
         out.failures.len()

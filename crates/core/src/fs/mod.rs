@@ -168,6 +168,11 @@ impl Fs {
         }
     }
 
+    /// Log activity since the pool was opened.
+    pub fn stats(&self) -> crate::server::ServerStats {
+        self.with_server(|s| Ok(s.stats())).unwrap_or_default()
+    }
+
     /// Check every invariant (and repair counts and leaks if asked).
     pub fn fsck(&self, repair: bool) -> Result<FsckReport> {
         self.flush_reservation()?;

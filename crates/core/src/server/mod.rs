@@ -28,6 +28,14 @@ pub use namespace::{check_name, ftype_of};
 /// Retired items collected before trying to reclaim them.
 const RECLAIM_BATCH: usize = 4096;
 
+/// Counters of log activity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub records: u64,
+    pub checkpoints: u64,
+    pub log_wraps: u64,
+}
+
 /// Identifies a client (a process, or the in-process client) to the server.
 pub type ClientId = u64;
 
@@ -81,6 +89,15 @@ impl Server {
             reservations: HashMap::new(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
+        }
+    }
+
+    /// Log activity since the pool was opened.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            records: self.log.appended,
+            checkpoints: self.checkpoints,
+            log_wraps: self.log.wraps,
         }
     }
 
