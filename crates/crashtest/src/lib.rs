@@ -15,6 +15,8 @@ pub struct Config {
     pub seed: u64,
     /// Run only workloads whose name contains this.
     pub workload: Option<String>,
+    /// Worker threads.
+    pub threads: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -36,6 +38,15 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    fn merge(&mut self, o: Outcome) {
+        self.states += o.states;
+        self.workloads += 1;
+        self.failures.extend(o.failures);
+        self.unflushed.extend(o.unflushed);
+        self.checkpoints += o.checkpoints;
+        self.log_wraps += o.log_wraps;
+    }
+
     pub fn ok(&self) -> bool {
         self.failures.is_empty() && self.unflushed.is_empty()
     }
@@ -101,11 +112,33 @@ pub fn run(cfg: &Config, progress: &mut dyn FnMut(usize, usize, &Outcome)) -> Ou
             return out;
         }
     };
-    for (i, (name, from_tree, ops)) in all.iter().enumerate() {
-        let image = if *from_tree { &with_tree } else { &empty };
-        explore::explore(name, image, ops, cfg, &mut out);
-        out.workloads += 1;
-        progress(i + 1, all.len(), &out);
-    }
+    // Workloads are independent: spread them over worker threads.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel::<Outcome>();
+    std::thread::scope(|scope| {
+        for _ in 0..cfg.threads.max(1) {
+            let tx = tx.clone();
+            let (next, all, with_tree, empty) = (&next, &all, &with_tree, &empty);
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, from_tree, ops)) = all.get(i) else {
+                        break;
+                    };
+                    let image = if *from_tree { with_tree } else { empty };
+                    let mut o = Outcome::default();
+                    explore::explore(name, image, ops, cfg, &mut o);
+                    if tx.send(o).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for o in rx {
+            out.merge(o);
+            progress(out.workloads as usize, all.len(), &out);
+        }
+    });
     out
 }

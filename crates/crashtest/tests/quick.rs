@@ -6,6 +6,7 @@ fn quick_mode_finds_no_failure() {
         quick: true,
         seed: 1,
         workload: std::env::var("CRASH_WORKLOAD").ok(),
+        threads: 2,
     };
     let out = run(&cfg, &mut |_, _, _| {});
     for f in out.failures.iter().take(20) {
