@@ -21,5 +21,5 @@ pub mod server;
 
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
 pub use perm::Creds;
-pub use request::{RENAME_EXCHANGE, RENAME_NOREPLACE, SetTime, StatFs};
+pub use request::{Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs};
 pub use server::{FsckReport, ServerStats};

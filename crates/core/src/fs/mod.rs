@@ -3,6 +3,7 @@
 //! small requests to the server through the transport.
 
 mod file;
+mod handle_ops;
 mod metadata;
 mod ops;
 mod path;
