@@ -4,22 +4,73 @@
 //! Both live in DRAM here; they are plain arrays of atomics so that the daemon can place them
 //! in shared memory for clients of other processes.
 
+use std::any::Any;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
-/// A zero-initialised array of atomics that only touches memory on first use.
-fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
-    let v = vec![0u64; n];
-    let mut v = std::mem::ManuallyDrop::new(v);
-    // SAFETY: AtomicU64 has the same size, alignment and bit validity as u64, and the vector's
-    // allocation is handed over whole (pointer, length, capacity) exactly once.
-    let v = unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut AtomicU64, v.len(), v.capacity()) };
-    v.into_boxed_slice()
+/// A slice of atomics in this process's heap or in a mapping shared with other processes.
+pub struct Atomics {
+    ptr: *const AtomicU64,
+    len: usize,
+    _owner: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the slice holds only atomics, which are safe to share; `_owner` keeps the memory.
+unsafe impl Send for Atomics {}
+// SAFETY: as above.
+unsafe impl Sync for Atomics {}
+
+impl Atomics {
+    /// Zero-initialised atomics that only touch memory on first use (calloc).
+    pub fn zeroed(n: usize) -> Atomics {
+        let v = vec![0u64; n];
+        let mut v = std::mem::ManuallyDrop::new(v);
+        // SAFETY: AtomicU64 has the same size, alignment and bit validity as u64, and the
+        // vector's allocation is handed over whole (pointer, length, capacity) exactly once.
+        let v =
+            unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut AtomicU64, v.len(), v.capacity()) };
+        let b: Box<[AtomicU64]> = v.into_boxed_slice();
+        let ptr = b.as_ptr();
+        Atomics {
+            ptr,
+            len: n,
+            _owner: Arc::new(b),
+        }
+    }
+
+    /// Atomics at `ptr` inside memory kept alive by `owner` (a shared mapping).
+    ///
+    /// # Safety
+    /// `ptr` must be 8-aligned and valid for reads and writes of `len` u64 for as long as
+    /// `owner` lives, and only ever accessed atomically.
+    pub unsafe fn from_raw(
+        ptr: *const AtomicU64,
+        len: usize,
+        owner: Arc<dyn Any + Send + Sync>,
+    ) -> Atomics {
+        Atomics {
+            ptr,
+            len,
+            _owner: owner,
+        }
+    }
+}
+
+impl Deref for Atomics {
+    type Target = [AtomicU64];
+    fn deref(&self) -> &[AtomicU64] {
+        // SAFETY: guaranteed by the constructors: valid, aligned, alive while `_owner` is.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 /// Epoch-based reclamation: a global epoch and one slot per concurrently pinned reader.
+/// A client pins only in its own range of slots; the server scans them all.
 pub struct Epochs {
-    global: AtomicU64,
-    slots: Box<[AtomicU64]>,
+    global: Atomics,
+    slots: Atomics,
+    mine: Range<usize>,
 }
 
 /// While held, nothing retired at or after the pinned epoch is reused.
@@ -39,15 +90,36 @@ thread_local! {
 
 impl Epochs {
     pub fn new(slots: usize) -> Epochs {
+        let global = Atomics::zeroed(1);
+        global[0].store(1, Ordering::Relaxed);
         Epochs {
-            global: AtomicU64::new(1),
-            slots: zeroed_atomics(slots),
+            global,
+            slots: Atomics::zeroed(slots),
+            mine: 0..slots,
+        }
+    }
+
+    /// Epochs in shared memory: `global` holds one word (initialised to 1 by whoever
+    /// created it), `slots` every reader slot, `mine` the ones this process pins in.
+    pub fn shared(global: Atomics, slots: Atomics, mine: Range<usize>) -> Epochs {
+        Epochs {
+            global,
+            slots,
+            mine,
+        }
+    }
+
+    /// Unpin every slot in `range` (the slots of a client that died while pinned).
+    pub fn clear(&self, range: Range<usize>) {
+        for s in &self.slots[range] {
+            s.store(0, Ordering::SeqCst);
         }
     }
 
     /// Pin the current epoch for the duration of a read.
     pub fn pin(&self) -> Guard<'_> {
-        let n = self.slots.len();
+        let mine = &self.slots[self.mine.clone()];
+        let n = mine.len();
         let mut i = SLOT_HINT.with(|h| h.get());
         if i >= n {
             i = (thread_id_hash() as usize) % n;
@@ -55,8 +127,8 @@ impl Epochs {
         loop {
             for k in 0..n {
                 let idx = (i + k) % n;
-                let e = self.global.load(Ordering::SeqCst);
-                let slot = &self.slots[idx];
+                let e = self.global[0].load(Ordering::SeqCst);
+                let slot = &mine[idx];
                 if slot
                     .compare_exchange(0, e, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
@@ -76,13 +148,13 @@ impl Epochs {
     /// hold them. Later pins see the items already unlinked.
     pub fn retire_tag(&self) -> u64 {
         fence(Ordering::SeqCst);
-        self.global.fetch_add(1, Ordering::SeqCst)
+        self.global[0].fetch_add(1, Ordering::SeqCst)
     }
 
     /// Items retired with a tag below this value can be reused.
     pub fn safe_epoch(&self) -> u64 {
         fence(Ordering::SeqCst);
-        let mut min = self.global.load(Ordering::SeqCst);
+        let mut min = self.global[0].load(Ordering::SeqCst);
         for s in self.slots.iter() {
             let v = s.load(Ordering::SeqCst);
             if v != 0 && v < min {
@@ -102,13 +174,28 @@ fn thread_id_hash() -> u64 {
 
 /// Per-inode sequence counters: odd while the server updates the inode or what it points to.
 pub struct SeqTable {
-    seqs: Box<[AtomicU64]>,
+    seqs: Atomics,
 }
 
 impl SeqTable {
     pub fn new(inodes: u64) -> SeqTable {
         SeqTable {
-            seqs: zeroed_atomics(inodes as usize),
+            seqs: Atomics::zeroed(inodes as usize),
+        }
+    }
+
+    /// A table in shared memory, one word per inode.
+    pub fn shared(seqs: Atomics) -> SeqTable {
+        SeqTable { seqs }
+    }
+
+    /// Make every counter even again (after a writer died between begin and end).
+    pub fn settle(&self) {
+        for s in self.seqs.iter() {
+            let v = s.load(Ordering::Relaxed);
+            if v & 1 == 1 {
+                s.store(v + 1, Ordering::Release);
+            }
         }
     }
 
