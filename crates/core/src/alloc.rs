@@ -248,6 +248,11 @@ impl Allocator {
         freed.len()
     }
 
+    /// How many pending items match `f`.
+    pub fn pending_count(&self, f: impl Fn(&Item) -> bool) -> u64 {
+        self.pending.iter().filter(|p| f(&p.item)).count() as u64
+    }
+
     /// Items waiting to be freed.
     pub fn pending_items(&self) -> impl Iterator<Item = Item> + '_ {
         self.pending.iter().map(|p| p.item)

@@ -120,9 +120,20 @@ fn read_slot(pool: &Pool, leaf: u64, slot: u64) -> Option<Dentry> {
 }
 
 fn leaf_entries(pool: &Pool, leaf: u64) -> Vec<Dentry> {
-    (1..=SLOTS)
-        .filter_map(|s| read_slot(pool, leaf, s))
-        .collect()
+    // A head's continuation slots are skipped even if (in a corrupt page) they look like
+    // heads, so the entries never claim more than the page's 63 slots.
+    let mut out = Vec::new();
+    let mut s = 1;
+    while s <= SLOTS {
+        match read_slot(pool, leaf, s) {
+            Some(d) => {
+                s += d.nslots();
+                out.push(d);
+            }
+            None => s += 1,
+        }
+    }
+    out
 }
 
 /// Find `name` in the directory whose root word is `root`.
@@ -207,7 +218,7 @@ pub fn next_batch(pool: &Pool, geo: &Geometry, root: u64, cursor: u64) -> Result
     if root == 0 {
         return Ok(Vec::new());
     }
-    Ok(visit(pool, geo, root, 0, cursor)?.unwrap_or_default())
+    Ok(visit(pool, geo, root, 0, cursor, true)?.unwrap_or_default())
 }
 
 fn visit(
@@ -216,6 +227,7 @@ fn visit(
     ptr: u64,
     depth: u32,
     cursor: u64,
+    on_cursor_path: bool,
 ) -> Result<Option<Vec<Dentry>>> {
     let page = check_meta(geo, ptr)?;
     if is_leaf(ptr) {
@@ -229,14 +241,28 @@ fn visit(
     if depth > MAX_DEPTH {
         return Err(Error::corrupt("directory trie deeper than the hash allows"));
     }
+    // Only the subtree on the cursor's own path starts at the cursor's slot; every later
+    // subtree holds only larger hashes and is searched from its first slot.
+    let start = if on_cursor_path {
+        slot_index(cursor, depth)
+    } else {
+        0
+    };
     let mut prev = 0;
-    for i in slot_index(cursor, depth)..FANOUT {
+    for i in start..FANOUT {
         let child = pool.load_u64(page + i * 8);
         if child == 0 || child == prev {
             continue;
         }
         prev = child;
-        if let Some(v) = visit(pool, geo, child, depth + 1, cursor)? {
+        if let Some(v) = visit(
+            pool,
+            geo,
+            child,
+            depth + 1,
+            cursor,
+            on_cursor_path && i == start,
+        )? {
             return Ok(Some(v));
         }
     }

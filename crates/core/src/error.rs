@@ -99,11 +99,21 @@ impl From<Error> for io::Error {
     }
 }
 
+/// The errno an io::Error stands for (by its kind when it carries no OS code).
+pub fn io_errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(match e.kind() {
+        io::ErrorKind::NotFound => libc::ENOENT,
+        io::ErrorKind::PermissionDenied => libc::EACCES,
+        io::ErrorKind::WouldBlock => libc::EBUSY,
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::InvalidData => libc::EUCLEAN,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        _ => libc::EIO,
+    })
+}
+
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Error {
-        match e.raw_os_error() {
-            Some(n) => Error::with_msg(n, e.to_string()),
-            None => Error::with_msg(libc::EIO, e.to_string()),
-        }
+        Error::with_msg(io_errno(&e), e.to_string())
     }
 }

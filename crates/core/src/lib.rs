@@ -12,12 +12,14 @@ pub mod perm;
 
 pub use error::{Error, Result};
 pub mod census;
+pub mod daemon;
 pub mod fs;
 pub mod mkfs;
 pub mod range_lock;
 pub mod recovery;
 pub mod request;
 pub mod server;
+pub mod wire;
 
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
 pub use perm::Creds;

@@ -28,6 +28,19 @@ pub struct SetAttr {
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
 
+/// What a client that shares the pool with other processes saw when it prepared a write:
+/// the server refuses the commit (EAGAIN, and the client redoes the write) if another
+/// process changed those pages or the size meanwhile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteCheck {
+    /// The page each updated file page held (0 for a hole), in the order of `pages`.
+    pub old_pages: Vec<u64>,
+    /// The size the client saw.
+    pub size_seen: u64,
+    /// Where the write starts; the server zeroes the gap from the end of file to here.
+    pub start: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Create a regular file (or return the existing entry unless `excl`).
@@ -89,6 +102,7 @@ pub enum Request {
         target: Handle,
         pages: Vec<(u64, u64)>,
         end: u64,
+        check: Option<WriteCheck>,
     },
     Open {
         target: Handle,
@@ -98,6 +112,11 @@ pub enum Request {
     },
     Statfs,
     Sync,
+    /// Check (and optionally repair) the pool.
+    Fsck {
+        repair: bool,
+    },
+    Stats,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,4 +139,6 @@ pub enum Response {
     },
     Pages(Vec<u64>),
     StatFs(StatFs),
+    Fsck(crate::server::FsckReport),
+    Stats(crate::server::ServerStats),
 }

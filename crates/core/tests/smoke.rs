@@ -1,7 +1,10 @@
 use engram_core::{Fs, OpenOptions, Options};
 
 fn pool_path(name: &str) -> std::path::PathBuf {
-    let p = std::path::PathBuf::from(format!("/dev/shm/engram-test-{}-{name}", std::process::id()));
+    let p = std::path::PathBuf::from(format!(
+        "/dev/shm/engram-test-{}-{name}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&p);
     p
 }
@@ -14,7 +17,9 @@ fn smoke() {
     fs.mkdir("/a", 0o755).unwrap();
     fs.write_file("/a/f", b"hello world").unwrap();
     assert_eq!(fs.read_file("/a/f").unwrap(), b"hello world");
-    let f = fs.open_file("/a/f", &OpenOptions::new().write(true)).unwrap();
+    let f = fs
+        .open_file("/a/f", &OpenOptions::new().write(true))
+        .unwrap();
     f.write_at(b"HELLO", 0).unwrap();
     f.write_at(&vec![7u8; 10000], 20000).unwrap();
     drop(f);
@@ -24,9 +29,14 @@ fn smoke() {
     assert!(data[11..20000].iter().all(|&b| b == 0));
     assert!(data[20000..].iter().all(|&b| b == 7));
     for i in 0..500 {
-        fs.write_file(format!("/a/n{i}"), format!("{i}").as_bytes()).unwrap();
+        fs.write_file(format!("/a/n{i}"), format!("{i}").as_bytes())
+            .unwrap();
     }
-    let names: Vec<_> = fs.read_dir("/a").unwrap().map(|e| e.unwrap().name_str().into_owned()).collect();
+    let names: Vec<_> = fs
+        .read_dir("/a")
+        .unwrap()
+        .map(|e| e.unwrap().name_str().into_owned())
+        .collect();
     assert_eq!(names.len(), 503);
     fs.rename("/a/n1", "/a/renamed").unwrap();
     fs.symlink("a/renamed", "/sl").unwrap();

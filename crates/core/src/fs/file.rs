@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::index::{self, MAX_FILE_SIZE};
 use crate::inode::{self, InodeData};
 use crate::layout::PAGE;
-use crate::request::{Handle, Request, SetAttr, SetTime};
+use crate::request::{Handle, Request, SetAttr, SetTime, WriteCheck};
 use crate::server::zero_range_beyond_eof;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::{Arc, Mutex};
@@ -227,10 +227,21 @@ impl File {
         Ok((done, end))
     }
 
-    /// One atomic write; returns where it ended.
+    /// One atomic write; returns where it ended. When other processes share the pool, a
+    /// commit that raced with another process's write is refused and redone.
     fn write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
+        loop {
+            match self.try_write_chunk(data, off) {
+                Err(e) if e.errno() == libc::EAGAIN => std::thread::yield_now(),
+                other => return other,
+            }
+        }
+    }
+
+    fn try_write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
         let fs = &self.fs;
         let core = &*fs.core;
+        let shared = fs.pool_is_shared();
         let lock = fs.range_lock(self.handle.ino);
         // Lock from the page of min(offset, size): the gap between the old end of file and
         // the write is ours to zero. Appends lock to infinity so that they take turns.
@@ -260,7 +271,9 @@ impl File {
                 Error::EINVAL
             });
         }
-        // Which pages need a fresh copy: holes, and pages whose visible bytes change.
+        // Which pages need a fresh copy: holes, and pages whose visible bytes change. With
+        // other processes writing the pool, every page is copied: bytes beyond the end of
+        // file are only ours while this process alone writes.
         let first = off / PAGE;
         let last = end.div_ceil(PAGE);
         let mut existing = Vec::with_capacity((last - first) as usize);
@@ -268,12 +281,13 @@ impl File {
         for pg in first..last {
             let page = index::lookup(&core.pool, &core.geo, d.root, d.height, pg)?;
             let ws = off.max(pg * PAGE);
-            let cow = page == 0 || ws < d.size;
+            let cow = shared || page == 0 || ws < d.size;
             fresh += cow as usize;
             existing.push((pg, page, cow));
         }
         let mut pages = fs.take_pages(fresh)?.into_iter();
         let mut updates = Vec::with_capacity(fresh);
+        let mut old_pages = Vec::with_capacity(fresh);
         let mut scratch = vec![0u8; PAGE as usize];
         for &(pg, old, cow) in &existing {
             let base = pg * PAGE;
@@ -293,21 +307,35 @@ impl File {
                     scratch.fill(0);
                 } else {
                     core.pool.read(old, &mut scratch);
+                    // Old bytes between the end of file and the write must read as zeros.
+                    let gap = d.size.clamp(base, base + ws) - base;
+                    scratch[gap as usize..ws as usize].fill(0);
                 }
                 scratch[ws as usize..we as usize].copy_from_slice(src);
                 core.pool.copy_nt(new, &scratch);
             }
             updates.push((pg, new));
+            old_pages.push(old);
         }
-        if off > d.size {
-            zero_range_beyond_eof(&core.pool, &core.geo, &d, d.size, off)?;
-        }
+        let check = if shared {
+            Some(WriteCheck {
+                old_pages,
+                size_seen: d.size,
+                start: off,
+            })
+        } else {
+            if off > d.size {
+                zero_range_beyond_eof(&core.pool, &core.geo, &d, d.size, off)?;
+            }
+            None
+        };
         core.pool.fence();
         let new_pages: Vec<u64> = updates.iter().map(|u| u.1).collect();
         let req = Request::CommitWrite {
             target: self.handle,
             pages: updates,
             end,
+            check,
         };
         if let Err(e) = fs.call(req) {
             fs.untake_pages(new_pages);

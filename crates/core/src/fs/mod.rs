@@ -53,7 +53,9 @@ pub struct MountInfo {
 
 /// How requests reach the server. The daemon adds a shared-memory transport beside this one.
 enum Transport {
-    InProcess(Mutex<Server>),
+    InProcess(Box<Mutex<Server>>),
+    /// Requests go to an `engram serve` daemon through shared memory.
+    Remote(crate::daemon::Remote),
 }
 
 pub(crate) struct Core {
@@ -84,7 +86,7 @@ impl Fs {
         let geo = Geometry::for_size(size)?;
         let pool = Pool::create(path.as_ref(), size).map_err(|e| {
             Error::with_msg(
-                e.raw_os_error().unwrap_or(libc::EIO),
+                crate::error::io_errno(&e),
                 format!("cannot create pool: {e}"),
             )
         })?;
@@ -97,7 +99,7 @@ impl Fs {
         let path = path.as_ref();
         let pool = Pool::open(path).map_err(|e| {
             Error::with_msg(
-                e.raw_os_error().unwrap_or(libc::EIO),
+                crate::error::io_errno(&e),
                 format!("cannot open pool {}: {e}", path.display()),
             )
         })?;
@@ -133,12 +135,54 @@ impl Fs {
                 pool,
                 geo,
                 shared,
-                transport: Transport::InProcess(Mutex::new(server)),
+                transport: Transport::InProcess(Box::new(Mutex::new(server))),
                 reserve: Mutex::new(Vec::new()),
                 locks: Mutex::new(HashMap::new()),
                 info,
             }),
             creds: Arc::new(opts.creds.clone().unwrap_or_else(Creds::current)),
+        })
+    }
+
+    /// Connect to an `engram serve` daemon. The pool is mapped with its metadata and log
+    /// read-only: a stray store there faults in this process and cannot corrupt the pool.
+    pub fn connect(socket: impl AsRef<Path>) -> Result<Fs> {
+        use std::os::unix::ffi::OsStrExt;
+        let remote = crate::daemon::Remote::connect(socket.as_ref())?;
+        let path = std::ffi::OsStr::from_bytes(&remote.hello.pool_path).to_owned();
+        let pool = Pool::open(Path::new(&path)).map_err(|e| {
+            Error::with_msg(
+                crate::error::io_errno(&e),
+                format!("cannot map pool {}: {e}", Path::new(&path).display()),
+            )
+        })?;
+        let sb = Superblock::load(&pool)?;
+        let geo = sb.geometry;
+        pool.protect_read_only(0, geo.data_off)?;
+        let index = remote.index();
+        let shared = Arc::new(Shared {
+            epochs: remote.shm.epochs(Some(index)),
+            seqs: remote.shm.seqs(),
+        });
+        let info = MountInfo {
+            media: pool.media(),
+            was_clean: true,
+            replayed: 0,
+            orphans_freed: 0,
+            problems: Vec::new(),
+            geometry: geo,
+        };
+        Ok(Fs {
+            core: Arc::new(Core {
+                pool: Arc::new(pool),
+                geo,
+                shared,
+                transport: Transport::Remote(remote),
+                reserve: Mutex::new(Vec::new()),
+                locks: Mutex::new(HashMap::new()),
+                info,
+            }),
+            creds: Arc::new(Creds::current()),
         })
     }
 
@@ -171,31 +215,38 @@ impl Fs {
 
     /// Log activity since the pool was opened.
     pub fn stats(&self) -> crate::server::ServerStats {
-        self.with_server(|s| Ok(s.stats())).unwrap_or_default()
+        match self.call(Request::Stats) {
+            Ok(Response::Stats(s)) => s,
+            _ => crate::server::ServerStats::default(),
+        }
     }
 
     /// Check every invariant (and repair counts and leaks if asked).
     pub fn fsck(&self, repair: bool) -> Result<FsckReport> {
         self.flush_reservation()?;
-        self.with_server(|s| s.fsck(repair))
-    }
-
-    /// Unmount cleanly now. Files still open keep working until dropped, but nothing
-    /// else may use the pool afterwards.
-    pub fn unmount(self) -> Result<()> {
-        self.flush_reservation()?;
-        self.with_server(|s| s.shutdown())
-    }
-
-    pub(crate) fn with_server<T>(&self, f: impl FnOnce(&mut Server) -> Result<T>) -> Result<T> {
-        match &self.core.transport {
-            Transport::InProcess(m) => f(&mut lock(m)),
+        match self.call(Request::Fsck { repair })? {
+            Response::Fsck(r) => Ok(r),
+            _ => Err(Error::EIO),
         }
     }
 
+    /// Unmount cleanly now (in-process), or leave the daemon (connected). Files still open
+    /// keep their handles, but nothing else may use the pool afterwards.
+    pub fn unmount(self) -> Result<()> {
+        self.flush_reservation()?;
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).shutdown(),
+            Transport::Remote(_) => Ok(()),
+        }
+    }
+
+    /// Send a request to the server. In-process, with this view's credentials; through the
+    /// daemon, the server uses the credentials of the connection.
     pub(crate) fn call(&self, req: Request) -> Result<Response> {
-        let creds = &*self.creds;
-        self.with_server(|s| s.handle(IN_PROCESS_CLIENT, creds, req))
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).handle(IN_PROCESS_CLIENT, &self.creds, req),
+            Transport::Remote(r) => r.call(&req),
+        }
     }
 
     pub(crate) fn call_entry(&self, req: Request) -> Result<(Handle, bool)> {
@@ -244,6 +295,11 @@ impl Fs {
         lock(&self.core.reserve).extend(pages);
     }
 
+    /// Whether other processes write this pool too (through the daemon).
+    pub(crate) fn pool_is_shared(&self) -> bool {
+        !matches!(self.core.transport, Transport::InProcess(_))
+    }
+
     pub(crate) fn range_lock(&self, ino: u64) -> Arc<RangeLock> {
         lock(&self.core.locks).entry(ino).or_default().clone()
     }
@@ -274,16 +330,24 @@ impl Fs {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        let Transport::InProcess(m) = &self.transport;
-        let mut server = lock(m);
         let pages = std::mem::take(&mut *lock(&self.reserve));
-        if !pages.is_empty() {
-            let _ = server.handle(
-                IN_PROCESS_CLIENT,
-                &Creds::root(),
-                Request::Unreserve { pages },
-            );
+        match &self.transport {
+            Transport::InProcess(m) => {
+                let mut server = lock(m);
+                if !pages.is_empty() {
+                    let _ = server.handle(
+                        IN_PROCESS_CLIENT,
+                        &Creds::root(),
+                        Request::Unreserve { pages },
+                    );
+                }
+                let _ = server.shutdown();
+            }
+            Transport::Remote(r) => {
+                if !pages.is_empty() {
+                    let _ = r.call(&Request::Unreserve { pages });
+                }
+            }
         }
-        let _ = server.shutdown();
     }
 }

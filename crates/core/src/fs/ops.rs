@@ -44,10 +44,15 @@ impl Fs {
                 Some(_) if opts.excl => return Err(Error::EEXIST),
                 Some((_, d)) if d.is_symlink() => {
                     if opts.nofollow {
-                        return Err(Error::ELOOP);
+                        return Err(if opts.directory {
+                            Error::ENOTDIR
+                        } else {
+                            Error::ELOOP
+                        });
                     }
                     self.open_symlink_target(p.dir, &name, &opts)?
                 }
+                Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
                 Some(found) => found,
                 None => {
                     let req = Request::Create {
@@ -64,7 +69,11 @@ impl Fs {
         } else {
             let (h, d) = self.resolve(base(dir), path, !opts.nofollow)?;
             if d.is_symlink() {
-                return Err(Error::ELOOP);
+                return Err(if opts.directory {
+                    Error::ENOTDIR
+                } else {
+                    Error::ELOOP
+                });
             }
             (h, d)
         };
@@ -79,7 +88,8 @@ impl Fs {
                 if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
             perm::check(self.creds(), &d, want)?;
         }
-        if opts.truncate && opts.write && d.is_reg() && d.size > 0 {
+        // Linux truncates on O_TRUNC even when opened read-only (write permission checked).
+        if opts.truncate && d.is_reg() && d.size > 0 {
             self.truncate_handle(h, 0)?;
         }
         File::new(self.clone(), h, opts)
@@ -153,10 +163,10 @@ impl Fs {
         let p = self.resolve_parent(base(dir), path)?;
         let Some(name) = p.name else {
             return Err(if dir_flag {
-                if path.ends_with(b".") {
-                    Error::EINVAL
-                } else {
-                    Error::EBUSY
+                match path.split(|&b| b == b'/').rfind(|c| !c.is_empty()) {
+                    Some(b".") => Error::EINVAL,
+                    Some(b"..") => Error::ENOTEMPTY,
+                    _ => Error::EBUSY,
                 }
             } else {
                 Error::EISDIR

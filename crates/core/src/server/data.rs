@@ -8,7 +8,7 @@ use crate::inode::{InodeData, field};
 use crate::layout::{Geometry, PAGE};
 use crate::oplog::Entry;
 use crate::perm::{self, Creds, W};
-use crate::request::{Handle, Response, SetAttr, SetTime};
+use crate::request::{Handle, Response, SetAttr, SetTime, WriteCheck};
 use engram_pmem::Pool;
 use std::collections::HashSet;
 
@@ -84,6 +84,7 @@ impl Server {
         h: Handle,
         pages: &[(u64, u64)],
         end: u64,
+        check: Option<&WriteCheck>,
     ) -> Result<Response> {
         let d = self.inode(h)?;
         if d.is_dir() {
@@ -107,6 +108,9 @@ impl Server {
                     "write commit names a page it does not own",
                 ));
             }
+        }
+        if let Some(c) = check {
+            self.check_write(&d, pages, end, c)?;
         }
         let mut out = Vec::new();
         let (plan, nodes) = self.plan_index(&d, pages)?;
@@ -132,6 +136,60 @@ impl Server {
         let old: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
         self.retire(&old);
         Ok(Response::Done)
+    }
+
+    /// Refuse (EAGAIN) a write prepared against pages or a size that another process has
+    /// changed since; otherwise zero the gap between the end of file and the write, in pages
+    /// the write does not replace (they are beyond the end of file, so invisible).
+    fn check_write(
+        &mut self,
+        d: &InodeData,
+        pages: &[(u64, u64)],
+        end: u64,
+        c: &WriteCheck,
+    ) -> Result<()> {
+        if c.old_pages.len() != pages.len() {
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                "write check does not match the pages",
+            ));
+        }
+        for (&(pg, _), &old) in pages.iter().zip(&c.old_pages) {
+            if index::lookup(&self.pool, &self.geo, d.root, d.height, pg)? != old {
+                return Err(Error::with_msg(
+                    libc::EAGAIN,
+                    "pages changed by another process",
+                ));
+            }
+        }
+        let touches_eof = c.start > c.size_seen || end > c.size_seen;
+        if touches_eof && d.size != c.size_seen {
+            return Err(Error::with_msg(
+                libc::EAGAIN,
+                "size changed by another process",
+            ));
+        }
+        if c.start > d.size {
+            let replaced: HashSet<u64> = pages.iter().map(|p| p.0).collect();
+            let pool = self.pool.clone();
+            index::for_each_page(
+                &pool,
+                &self.geo,
+                d.root,
+                d.height,
+                d.size / PAGE,
+                c.start.div_ceil(PAGE),
+                &mut |pg, page| {
+                    if !replaced.contains(&pg) {
+                        let from = (pg * PAGE).max(d.size);
+                        let to = ((pg + 1) * PAGE).min(c.start);
+                        pool.zero_nt(page + from - pg * PAGE, to - from);
+                    }
+                },
+            )?;
+            self.pool.fence();
+        }
+        Ok(())
     }
 
     /// Plan an index update, allocating (zeroed) nodes; returns the nodes to release on failure.

@@ -9,7 +9,7 @@ use crate::layout::ROOT_INO;
 use crate::oplog::Entry;
 
 /// What fsck found (and fixed).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FsckReport {
     pub problems: Vec<String>,
     pub repaired: usize,

@@ -57,6 +57,8 @@ pub struct Server {
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: HashMap<u64, u32>,
     reservations: HashMap<ClientId, HashSet<u64>>,
+    /// Open handles per client, released when the client goes away.
+    opened_by: HashMap<ClientId, HashMap<u64, u32>>,
     /// Pending frees at which `retire` next tries to reclaim.
     reclaim_at: usize,
     /// Set by `shutdown`: the pool is marked clean and takes no more requests.
@@ -87,6 +89,7 @@ impl Server {
             checkpoints: 0,
             open: HashMap::new(),
             reservations: HashMap::new(),
+            opened_by: HashMap::new(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
         }
@@ -162,15 +165,26 @@ impl Server {
             } => self.fallocate(target, offset, len, keep_size),
             Request::Reserve { pages } => self.reserve(client, pages),
             Request::Unreserve { pages } => self.unreserve(client, &pages),
-            Request::CommitWrite { target, pages, end } => {
-                self.commit_write(client, target, &pages, end)
-            }
+            Request::CommitWrite {
+                target,
+                pages,
+                end,
+                check,
+            } => self.commit_write(client, target, &pages, end, check.as_ref()),
             Request::Open { target } => {
                 self.inode(target)?;
                 *self.open.entry(target.ino).or_default() += 1;
+                *self
+                    .opened_by
+                    .entry(client)
+                    .or_default()
+                    .entry(target.ino)
+                    .or_default() += 1;
                 Ok(Response::Done)
             }
-            Request::Close { target } => self.close(target),
+            Request::Close { target } => self.close(client, target),
+            Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
+            Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Statfs => Ok(Response::StatFs(self.statfs())),
             Request::Sync => {
                 self.pool.fence();
@@ -183,9 +197,12 @@ impl Server {
         StatFs {
             block_size: crate::layout::PAGE,
             blocks: self.geo.data_pages,
-            blocks_free: self.alloc.data.free(),
+            // Retired items are free as soon as readers and the next checkpoint allow.
+            blocks_free: self.alloc.data.free()
+                + self.alloc.pending_count(|i| matches!(i, Item::DataPage(_))),
             files: self.geo.inode_count - 1,
-            files_free: self.alloc.inodes.free(),
+            files_free: self.alloc.inodes.free()
+                + self.alloc.pending_count(|i| matches!(i, Item::Inode(_))),
             name_max: crate::dir::NAME_MAX as u64,
         }
     }
@@ -234,12 +251,14 @@ impl Server {
     /// Free space held by retired items: checkpoint so that logged structures may be reused,
     /// then reclaim what no reader holds. Returns whether anything came free.
     fn make_room(&mut self) -> bool {
-        if self.alloc.pending() == 0 {
+        let before = self.alloc.pending();
+        if before == 0 {
             return false;
         }
+        // The checkpoint itself reclaims what is safe.
         self.checkpoint();
         for _ in 0..100 {
-            if self.reclaim() > 0 {
+            if self.alloc.pending() < before || self.reclaim() > 0 {
                 return true;
             }
             // A reader may be pinned for a moment.
@@ -389,17 +408,35 @@ impl Server {
         Ok(())
     }
 
-    fn close(&mut self, h: Handle) -> Result<Response> {
-        let d = self.inode(h)?;
-        let count = self.open.get_mut(&h.ino).ok_or(Error::EBADF)?;
+    fn close(&mut self, client: ClientId, h: Handle) -> Result<Response> {
+        self.inode(h)?;
+        let mine = self
+            .opened_by
+            .get_mut(&client)
+            .and_then(|m| m.get_mut(&h.ino))
+            .ok_or(Error::EBADF)?;
+        *mine -= 1;
+        if *mine == 0 {
+            self.opened_by.get_mut(&client).map(|m| m.remove(&h.ino));
+        }
+        self.release_open(h.ino)?;
+        Ok(Response::Done)
+    }
+
+    /// Drop one open reference; the last one of an inode with no name frees it.
+    fn release_open(&mut self, ino: u64) -> Result<()> {
+        let Some(count) = self.open.get_mut(&ino) else {
+            return Ok(());
+        };
         *count -= 1;
         if *count == 0 {
-            self.open.remove(&h.ino);
-            if d.nlink == 0 {
-                self.free_inode(h.ino)?;
+            self.open.remove(&ino);
+            let d = self.read_inode(ino);
+            if !d.is_free() && d.nlink == 0 {
+                self.free_inode(ino)?;
             }
         }
-        Ok(Response::Done)
+        Ok(())
     }
 
     pub(crate) fn is_open(&self, ino: u64) -> bool {
@@ -413,6 +450,11 @@ impl Server {
                 self.alloc.release_now(Item::DataPage(p));
             }
         }
+        for (ino, n) in self.opened_by.remove(&client).unwrap_or_default() {
+            for _ in 0..n {
+                let _ = self.release_open(ino);
+            }
+        }
     }
 
     /// Unmount: free orphans, return reservations, checkpoint, write the bitmaps, mark clean.
@@ -420,6 +462,7 @@ impl Server {
         if self.closed {
             return Ok(());
         }
+        self.opened_by.clear();
         let orphans: Vec<u64> = self.open.drain().map(|(i, _)| i).collect();
         for ino in orphans {
             let d = self.read_inode(ino);

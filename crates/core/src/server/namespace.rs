@@ -111,8 +111,15 @@ impl Server {
         Ok(())
     }
 
+    /// Undo the allocations of an operation that failed before its commit. A new inode
+    /// was already written to its (unreachable) slot: mark the slot free again.
     fn release(&mut self, fresh: Vec<Item>) {
         for it in fresh {
+            if let Item::Inode(ino) = it {
+                let at = self.geo.inode_addr(ino) + field::MODE;
+                self.pool.store_u32(at, 0);
+                self.pool.persist(at, 4);
+            }
             self.alloc.release_now(it);
         }
     }

@@ -1,0 +1,115 @@
+//! The client end of the daemon's shared-memory transport.
+
+use super::handshake::{self, Hello};
+use super::shm::{self, REPLY, REQUEST, SLOTS_PER_CLIENT, Shm};
+use crate::error::{Error, Result};
+use crate::request::{Request, Response};
+use crate::wire::{self, Writer};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Spins before a waiting client sleeps on its slot.
+const SPINS: u32 = 4000;
+
+pub struct Remote {
+    pub shm: Shm,
+    pub hello: Hello,
+    /// Kept open: the server notices the client is gone when it closes.
+    stream: UnixStream,
+}
+
+impl Remote {
+    pub fn connect(socket: &Path) -> Result<Remote> {
+        let stream = UnixStream::connect(socket).map_err(|e| {
+            Error::with_msg(
+                crate::error::io_errno(&e),
+                format!(
+                    "cannot reach an EngramFS daemon at {}: {e}",
+                    socket.display()
+                ),
+            )
+        })?;
+        let (hello, fd) = handshake::recv_hello(&stream)
+            .map_err(|e| Error::with_msg(libc::EPROTO, format!("daemon handshake failed: {e}")))?;
+        if hello.index as usize >= shm::MAX_CLIENTS {
+            return Err(Error::with_msg(
+                libc::EPROTO,
+                "daemon gave an invalid client slot",
+            ));
+        }
+        let shm = Shm::attach(fd)?;
+        Ok(Remote { shm, hello, stream })
+    }
+
+    pub fn index(&self) -> usize {
+        self.hello.index as usize
+    }
+
+    fn daemon_gone(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling one valid descriptor without waiting.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0
+    }
+
+    pub fn call(&self, req: &Request) -> Result<Response> {
+        let mut w = Writer::default();
+        wire::encode_request(req, &mut w);
+        let slot = self.claim();
+        if let Err(e) = slot.put(&w.0) {
+            slot.reset();
+            return Err(Error::with_msg(libc::E2BIG, e.to_string()));
+        }
+        slot.state().store(REQUEST, Ordering::SeqCst);
+        self.shm.doorbell().fetch_add(1, Ordering::SeqCst);
+        if self.shm.server_sleeping().load(Ordering::SeqCst) != 0 {
+            shm::futex_wake(self.shm.doorbell());
+        }
+        let mut spins = 0u32;
+        while slot.state().load(Ordering::Acquire) != REPLY {
+            spins += 1;
+            if spins < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            slot.waiting().store(1, Ordering::SeqCst);
+            if slot.state().load(Ordering::SeqCst) == REQUEST {
+                shm::futex_wait(slot.state(), REQUEST, Duration::from_millis(200));
+            }
+            if slot.state().load(Ordering::Acquire) != REPLY && self.daemon_gone() {
+                return Err(Error::with_msg(
+                    libc::EIO,
+                    "the EngramFS daemon has gone away",
+                ));
+            }
+        }
+        let reply = slot.get();
+        slot.reset();
+        wire::decode_reply(&reply)
+    }
+
+    /// A free request slot of this client (threads of one process share the client's slots).
+    fn claim(&self) -> shm::Slot<'_> {
+        let mut round = 0usize;
+        loop {
+            for i in 0..SLOTS_PER_CLIENT {
+                let s = self.shm.slot(self.index(), (i + round) % SLOTS_PER_CLIENT);
+                if s.owner()
+                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return s;
+                }
+            }
+            round += 1;
+            std::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The socket handshake: the server tells a new client who it is and where the pool is, and
+//! hands over the shared-memory descriptor (SCM_RIGHTS); it learns the client's credentials
+//! from the socket (SO_PEERCRED), never from what the client says.
+
+use crate::perm::Creds;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"ENGRHELO");
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub client_id: u64,
+    pub index: u64,
+    pub pool_path: Vec<u8>,
+}
+
+/// Send the greeting with `fd` attached.
+pub fn send_hello(stream: &UnixStream, hello: &Hello, fd: RawFd) -> io::Result<()> {
+    let mut msg = Vec::new();
+    for w in [
+        MAGIC,
+        hello.client_id,
+        hello.index,
+        hello.pool_path.len() as u64,
+    ] {
+        msg.extend_from_slice(&w.to_le_bytes());
+    }
+    msg.extend_from_slice(&hello.pool_path);
+    let mut iov = libc::iovec {
+        iov_base: msg.as_mut_ptr() as *mut libc::c_void,
+        iov_len: msg.len(),
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    hdr.msg_controllen = space;
+    // SAFETY: the control buffer has room for one cmsg carrying one descriptor (CMSG_SPACE),
+    // and every pointer written stays inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+    }
+    // SAFETY: hdr points at live buffers for the duration of the call.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != msg.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short handshake write",
+        ));
+    }
+    Ok(())
+}
+
+/// Receive the greeting and the shared-memory descriptor.
+pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, OwnedFd)> {
+    let mut head = [0u8; 32];
+    let mut iov = libc::iovec {
+        iov_base: head.as_mut_ptr() as *mut libc::c_void,
+        iov_len: head.len(),
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    hdr.msg_controllen = space;
+    // SAFETY: hdr points at live buffers; MSG_WAITALL fills the 32-byte head.
+    let n = unsafe {
+        libc::recvmsg(
+            stream.as_raw_fd(),
+            &mut hdr,
+            libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n != 32 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the daemon closed the connection during the handshake",
+        ));
+    }
+    // SAFETY: reading the control message the kernel wrote, if any.
+    let fd = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "handshake carried no descriptor",
+            ));
+        }
+        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd)
+    };
+    // SAFETY: the kernel installed this descriptor for us; we now own it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let w = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().unwrap());
+    if w(0) != MAGIC || w(3) > 4096 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not an EngramFS daemon",
+        ));
+    }
+    let mut path = vec![0u8; w(3) as usize];
+    (&*stream).read_exact(&mut path)?;
+    Ok((
+        Hello {
+            client_id: w(1),
+            index: w(2),
+            pool_path: path,
+        },
+        fd,
+    ))
+}
+
+/// The credentials of the process at the other end of the socket.
+pub fn peer_creds(stream: &UnixStream) -> io::Result<(Creds, i32)> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let groups = std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Groups:")).map(|l| {
+                l[7..]
+                    .split_whitespace()
+                    .filter_map(|g| g.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    Ok((
+        Creds {
+            uid: cred.uid,
+            gid: cred.gid,
+            groups,
+        },
+        cred.pid,
+    ))
+}
