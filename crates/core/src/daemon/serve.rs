@@ -83,12 +83,8 @@ pub fn serve(
     stop: &AtomicBool,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
-    let pool = Pool::open(pool_path).map_err(|e| {
-        Error::with_msg(
-            crate::error::io_errno(&e),
-            format!("cannot open pool {}: {e}", pool_path.display()),
-        )
-    })?;
+    let pool = Pool::open(pool_path)
+        .map_err(|e| Error::with_msg(crate::error::io_errno(&e), e.to_string()))?;
     pool.try_lock_exclusive().map_err(|_| {
         Error::with_msg(
             libc::EBUSY,

@@ -97,12 +97,8 @@ impl Fs {
     /// Open (and if needed recover) a pool file. Fails with EBUSY if another process has it.
     pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Fs> {
         let path = path.as_ref();
-        let pool = Pool::open(path).map_err(|e| {
-            Error::with_msg(
-                crate::error::io_errno(&e),
-                format!("cannot open pool {}: {e}", path.display()),
-            )
-        })?;
+        let pool = Pool::open(path)
+            .map_err(|e| Error::with_msg(crate::error::io_errno(&e), e.to_string()))?;
         pool.try_lock_exclusive().map_err(|_| {
             Error::with_msg(
                 libc::EBUSY,
@@ -190,6 +186,14 @@ impl Fs {
     pub fn superblock(path: impl AsRef<Path>) -> Result<Superblock> {
         let pool = Pool::open(path.as_ref())?;
         Superblock::load(&pool)
+    }
+
+    /// The daemon connection, when connected (tests use it to send forged requests).
+    pub fn remote(&self) -> Option<&crate::daemon::Remote> {
+        match &self.core.transport {
+            Transport::Remote(r) => Some(r),
+            Transport::InProcess(_) => None,
+        }
     }
 
     /// The mapped pool (for tools such as the crash harness).

@@ -1,0 +1,428 @@
+//! The daemon: clients in other threads and processes share one pool through `engram serve`'s
+//! shared-memory transport.
+
+mod common;
+
+use engram_core::daemon::{ServeOptions, serve};
+use engram_core::{Fs, OpenOptions, Options};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+struct Daemon {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<engram_core::Result<()>>>,
+    socket: PathBuf,
+    pool: PathBuf,
+}
+
+impl Daemon {
+    fn start(name: &str, size: u64) -> Daemon {
+        let pool = PathBuf::from(format!(
+            "/dev/shm/engram-daemon-{}-{name}.pool",
+            std::process::id()
+        ));
+        let socket = PathBuf::from(format!(
+            "/tmp/engram-daemon-{}-{name}.sock",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&pool);
+        Fs::mkfs(&pool, size).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s, st) = (pool.clone(), socket.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            serve(
+                &p,
+                &ServeOptions {
+                    socket: s,
+                    idle_exit: None,
+                },
+                &st,
+                &|line| eprintln!("daemon: {line}"),
+            )
+        });
+        for _ in 0..200 {
+            if socket.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Daemon {
+            stop,
+            thread: Some(thread),
+            socket,
+            pool,
+        }
+    }
+
+    /// Stop the daemon (it checkpoints and marks the pool clean).
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap().unwrap();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+fn check_clean(pool: &Path) {
+    let fs = Fs::open(pool, &Options::default()).unwrap();
+    assert!(
+        fs.mount_info().was_clean,
+        "the daemon leaves the pool clean"
+    );
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+#[test]
+fn every_operation_works_through_the_daemon() {
+    let d = Daemon::start("ops", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/a", 0o755).unwrap();
+    fs.write_file("/a/f", b"hello daemon").unwrap();
+    assert_eq!(fs.read_file("/a/f").unwrap(), b"hello daemon");
+    let f = fs
+        .open_file("/a/f", &OpenOptions::new().read(true).write(true))
+        .unwrap();
+    f.write_at(b"HELLO", 0).unwrap();
+    f.write_at(&[9u8; 10000], 20000).unwrap();
+    f.set_len(25000).unwrap();
+    drop(f);
+    let data = fs.read_file("/a/f").unwrap();
+    assert_eq!(&data[..12], b"HELLO daemon");
+    assert!(data[12..20000].iter().all(|&b| b == 0));
+    assert!(data[20000..25000].iter().all(|&b| b == 9));
+    fs.rename("/a/f", "/a/g").unwrap();
+    fs.symlink("a/g", "/s").unwrap();
+    fs.link("/a/g", "/h").unwrap();
+    assert_eq!(fs.stat("/s").unwrap().nlink, 2);
+    assert_eq!(fs.read_dir("/a").unwrap().count(), 3);
+    fs.unlink("/h").unwrap();
+    assert!(fs.fsck(false).unwrap().is_clean());
+    // A second client sees every update at once.
+    let other = Fs::connect(&d.socket).unwrap();
+    assert_eq!(other.read_file("/s").unwrap().len(), 25000);
+    other.write_file("/from-other", b"x").unwrap();
+    assert_eq!(fs.read_file("/from-other").unwrap(), b"x");
+    drop(other);
+    drop(fs);
+    let mut d = d;
+    d.stop();
+    check_clean(&d.pool);
+}
+
+// ------------------------------------------------------------------ processes
+
+/// Run `role` in a child process: this test binary again, entering `worker_entry`.
+fn spawn_worker(role: &str, socket: &Path, arg: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env("ENGRAM_WORKER", role)
+        .env("ENGRAM_SOCKET", socket)
+        .env("ENGRAM_ARG", arg)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The body of the child processes the tests below start. Run on its own (without
+/// ENGRAM_WORKER) it does nothing.
+#[test]
+fn worker_entry() {
+    let Ok(role) = std::env::var("ENGRAM_WORKER") else {
+        return;
+    };
+    let fs = Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()).unwrap();
+    let arg = std::env::var("ENGRAM_ARG").unwrap_or_default();
+    match role.as_str() {
+        "mixed" => mixed_worker(&fs, &arg),
+        "pattern-writer" => pattern_writer(&fs),
+        "stray-store" => {
+            let geo = fs.mount_info().geometry;
+            let p = fs.pool().as_ptr();
+            // SAFETY: deliberately not: this store hits the read-only metadata mapping and
+            // must kill this process with SIGSEGV.
+            unsafe { std::ptr::write_volatile(p.add(geo.inode_off as usize + 128), 0xFFu8) };
+            panic!("the store into read-only metadata did not fault");
+        }
+        other => panic!("unknown worker role {other}"),
+    }
+}
+
+/// Creates, renames, writes and reads in a private directory and a shared one.
+fn mixed_worker(fs: &Fs, id: &str) {
+    let mine = format!("/private-{id}");
+    fs.mkdir(&mine, 0o755).unwrap();
+    for i in 0..200 {
+        let data = format!("{id}:{i}:").repeat(i % 50 + 1);
+        fs.write_file(format!("{mine}/f{i}"), data.as_bytes())
+            .unwrap();
+        if i % 3 == 0 {
+            fs.rename(format!("{mine}/f{i}"), format!("{mine}/r{i}"))
+                .unwrap();
+        }
+        fs.write_file(format!("/shared/{id}-{i}"), data.as_bytes())
+            .unwrap();
+        let back = fs.read_file(format!("/shared/{id}-{i}")).unwrap();
+        assert_eq!(back, data.as_bytes());
+        // Everybody appends to one shared log file.
+        let f = fs
+            .open_file("/shared/log", &OpenOptions::new().write(true).append(true))
+            .unwrap();
+        f.write_next(format!("<{id}:{i:04}>").as_bytes()).unwrap();
+    }
+}
+
+/// Rewrites a 64 KiB file, each write one generation byte across all of it, forever.
+fn pattern_writer(fs: &Fs) {
+    let f = fs
+        .open_file("/pattern", &OpenOptions::new().write(true))
+        .unwrap();
+    for g in 0u64.. {
+        f.write_at(&[(g % 250) as u8 + 1; 65536], 0).unwrap();
+    }
+}
+
+#[test]
+fn several_processes_share_one_pool() {
+    let mut d = Daemon::start("procs", 128 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/shared", 0o777).unwrap();
+    fs.write_file("/shared/log", b"").unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|i| spawn_worker("mixed", &d.socket, &i.to_string()))
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    for id in 0..3 {
+        for i in 0..200 {
+            let data = format!("{id}:{i}:").repeat(i % 50 + 1);
+            let name = if i % 3 == 0 {
+                format!("/private-{id}/r{i}")
+            } else {
+                format!("/private-{id}/f{i}")
+            };
+            assert_eq!(fs.read_file(&name).unwrap(), data.as_bytes(), "{name}");
+            assert_eq!(
+                fs.read_file(format!("/shared/{id}-{i}")).unwrap(),
+                data.as_bytes()
+            );
+        }
+    }
+    // Appends from three processes: every record exactly once, none torn.
+    let log = String::from_utf8(fs.read_file("/shared/log").unwrap()).unwrap();
+    assert_eq!(log.len(), 3 * 200 * 8);
+    let mut records: Vec<&str> = (0..log.len() / 8).map(|i| &log[i * 8..i * 8 + 8]).collect();
+    records.sort();
+    records.dedup();
+    assert_eq!(records.len(), 600, "every append appears once");
+    assert!(fs.fsck(false).unwrap().is_clean());
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+#[test]
+fn a_killed_writer_costs_only_its_last_write() {
+    let mut d = Daemon::start("kill", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.write_file("/pattern", &[1u8; 65536]).unwrap();
+    for round in 0..4 {
+        let mut child = spawn_worker("pattern-writer", &d.socket, "");
+        // Readers keep checking while the writer runs, then it is killed mid-write.
+        let until = std::time::Instant::now() + Duration::from_millis(150 + 70 * round);
+        let mut reads = 0;
+        while std::time::Instant::now() < until {
+            let data = fs.read_file("/pattern").unwrap();
+            assert_eq!(data.len(), 65536);
+            assert!(
+                data.iter().all(|&b| b == data[0]),
+                "torn read while the writer runs"
+            );
+            reads += 1;
+        }
+        // SAFETY: sending SIGKILL to our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        assert!(reads > 0);
+        let data = fs.read_file("/pattern").unwrap();
+        assert!(
+            data.iter().all(|&b| b == data[0]),
+            "torn data after the kill"
+        );
+    }
+    // The dead writers' reservations came back: nothing leaked.
+    std::thread::sleep(Duration::from_millis(300));
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+#[test]
+fn forged_and_random_requests_get_errors_and_change_nothing() {
+    use engram_core::wire::{Writer, decode_reply, encode_request};
+    use engram_core::{Handle, request::Request, request::WriteCheck};
+    let mut d = Daemon::start("forge", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.write_file("/d/f", &[7u8; 10000]).unwrap();
+    let before = fs.read_file("/d/f").unwrap();
+    let remote = fs.remote().unwrap();
+    let geo = fs.mount_info().geometry;
+    let f = fs.stat("/d/f").unwrap();
+    let good = fs.handle_of(f.ino).unwrap();
+    let forged = [
+        Request::Create {
+            parent: Handle {
+                ino: 0,
+                generation: 1,
+            },
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Create {
+            parent: Handle {
+                ino: u64::MAX,
+                generation: 1,
+            },
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Create {
+            parent: Handle {
+                ino: 1,
+                generation: 999,
+            },
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Create {
+            parent: good,
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Mkdir {
+            parent: Handle {
+                ino: 1,
+                generation: 1,
+            },
+            name: vec![b'a'; 300],
+            mode: 0,
+        },
+        Request::Unlink {
+            parent: Handle {
+                ino: 1,
+                generation: 1,
+            },
+            name: b"../d".to_vec(),
+            dir: true,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![(0, geo.data_off)],
+            end: 4096,
+            check: None,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![(0, geo.meta_off)],
+            end: 4096,
+            check: None,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![(u64::MAX / 4096, 12345)],
+            end: u64::MAX,
+            check: None,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![],
+            end: 1,
+            check: Some(WriteCheck {
+                old_pages: vec![1],
+                size_seen: 0,
+                start: 0,
+            }),
+        },
+        Request::Unreserve {
+            pages: vec![geo.data_off, 0, u64::MAX],
+        },
+        Request::Close { target: good },
+        Request::Fallocate {
+            target: good,
+            offset: u64::MAX - 10,
+            len: 100,
+            keep_size: false,
+        },
+        Request::Reserve { pages: u64::MAX },
+    ];
+    for req in &forged {
+        let mut w = Writer::default();
+        encode_request(req, &mut w);
+        let reply = decode_reply(&remote.call_raw(&w.0).unwrap());
+        if !matches!(req, Request::Reserve { .. }) {
+            assert!(reply.is_err(), "{req:?} was accepted: {reply:?}");
+        }
+    }
+    // Random bytes, and valid requests with random fields.
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..3000 {
+        let len = (rnd() % 200) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+        if i % 2 == 0 && !bytes.is_empty() {
+            bytes[0] = (rnd() % 18) as u8; // a real request tag with garbage after it
+        }
+        let _ = remote.call_raw(&bytes).unwrap();
+    }
+    assert_eq!(fs.read_file("/d/f").unwrap(), before);
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+#[test]
+fn a_stray_store_into_metadata_faults_in_that_client_only() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut d = Daemon::start("stray", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.write_file("/keep", b"safe").unwrap();
+    let mut child = spawn_worker("stray-store", &d.socket, "");
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGSEGV),
+        "the child must die of SIGSEGV: {status:?}"
+    );
+    assert_eq!(fs.read_file("/keep").unwrap(), b"safe");
+    fs.write_file("/after", b"still serving").unwrap();
+    assert!(fs.fsck(false).unwrap().is_clean());
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
