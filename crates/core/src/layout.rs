@@ -13,7 +13,7 @@ const SB_COPIES: [u64; 2] = [0, PAGE];
 /// Bytes of the superblock covered by its checksum (the crc itself follows).
 const SB_BODY: usize = 160;
 /// The smallest pool that can hold the format with room for a few files.
-pub const MIN_POOL_SIZE: u64 = 4 << 20;
+pub const MIN_POOL_SIZE: u64 = 1 << 20;
 
 /// Where each area of the pool starts and how big it is. Everything is page aligned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

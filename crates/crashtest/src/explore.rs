@@ -9,7 +9,7 @@ use engram_core::{Creds, Fs, Options};
 use engram_pmem::{Event, Pool};
 use std::collections::HashSet;
 
-pub const POOL_SIZE: u64 = 4 << 20;
+pub const POOL_SIZE: u64 = 1 << 20;
 /// A 16 KiB log: checkpoints and wrap-around happen every few dozen operations.
 pub const LOG_LEN: u64 = 16 << 10;
 
