@@ -141,6 +141,9 @@ fn worker_entry() {
     let Ok(role) = std::env::var("ENGRAM_WORKER") else {
         return;
     };
+    if role == "nobody" {
+        return nobody_worker();
+    }
     let fs = Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()).unwrap();
     let arg = std::env::var("ENGRAM_ARG").unwrap_or_default();
     match role.as_str() {
@@ -422,6 +425,64 @@ fn a_stray_store_into_metadata_faults_in_that_client_only() {
     assert_eq!(fs.read_file("/keep").unwrap(), b"safe");
     fs.write_file("/after", b"still serving").unwrap();
     assert!(fs.fsck(false).unwrap().is_clean());
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+/// Becomes uid/gid 65534, connects, and reports what it could do through its exit code:
+/// 10 refused at connect, 20 connected and the permission checks held, other = failure.
+fn nobody_worker() {
+    // SAFETY: dropping privileges in this child process before it does anything else.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setgid(65534), 0);
+        assert_eq!(libc::setuid(65534), 0);
+    }
+    let fs = match Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("nobody: connect refused: {e}");
+            std::process::exit(10)
+        }
+    };
+    // The server checks with the credentials of the socket, whatever the client claims.
+    let denied = fs.mkdir("/rootonly/x", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES);
+    let allowed = fs.write_file("/open/mine", b"n").is_ok();
+    let owner = fs.stat("/open/mine").map(|m| m.uid).ok();
+    std::process::exit(if denied && allowed && owner == Some(65534) {
+        20
+    } else {
+        1
+    });
+}
+
+#[test]
+fn the_daemon_checks_the_client_uid_from_the_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: reading our own effective uid.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let mut d = Daemon::start("uid", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/rootonly", 0o755).unwrap();
+    fs.mkdir("/open", 0o777).unwrap();
+    std::fs::set_permissions(&d.pool, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let code = spawn_worker("nobody", &d.socket, "").wait().unwrap().code();
+    assert_eq!(
+        code,
+        Some(10),
+        "a uid that may not use the pool file is refused"
+    );
+    std::fs::set_permissions(&d.pool, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let code = spawn_worker("nobody", &d.socket, "").wait().unwrap().code();
+    assert_eq!(
+        code,
+        Some(20),
+        "permission checks use the socket's credentials"
+    );
     drop(fs);
     d.stop();
     check_clean(&d.pool);

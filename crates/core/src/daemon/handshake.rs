@@ -91,7 +91,7 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, OwnedFd)> {
     if n != 32 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            "the daemon closed the connection during the handshake",
+            "the daemon refused the connection (its log says why: the pool file's permissions, or too many clients)",
         ));
     }
     // SAFETY: reading the control message the kernel wrote, if any.

@@ -72,6 +72,10 @@ fn bind(socket: &Path) -> Result<UnixListener> {
         )
     })?;
     l.set_nonblocking(true)?;
+    // Anyone may knock; the server decides from the peer's credentials (SO_PEERCRED) and
+    // the pool file's permissions whom to serve.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
     Ok(l)
 }
 
@@ -91,7 +95,6 @@ pub fn serve(
             format!("pool {} is in use by another process", pool_path.display()),
         )
     })?;
-    let pool_meta = std::fs::metadata(pool_path)?;
     let abs_path = std::fs::canonicalize(pool_path)?;
     let m = recovery::mount(&pool)?;
     if !m.was_clean {
@@ -119,11 +122,7 @@ pub fn serve(
         ..Conns::default()
     });
     let result = std::thread::scope(|scope| {
-        let watcher = scope.spawn(|| {
-            watch(
-                &listener, &conns, &shm, &memfd, &abs_path, &pool_meta, stop, log,
-            )
-        });
+        let watcher = scope.spawn(|| watch(&listener, &conns, &shm, &memfd, &abs_path, stop, log));
         let r = run_loop(
             &mut server,
             &shm,
@@ -151,7 +150,6 @@ fn watch(
     shm: &Shm,
     memfd: &OwnedFd,
     pool_path: &Path,
-    pool_meta: &std::fs::Metadata,
     stop: &AtomicBool,
     log: &(dyn Fn(&str) + Sync),
 ) {
@@ -210,7 +208,7 @@ fn watch(
             }
         }
         while let Ok((stream, _)) = listener.accept() {
-            accept(stream, conns, shm, memfd, pool_path, pool_meta, log);
+            accept(stream, conns, shm, memfd, pool_path, log);
         }
     }
 }
@@ -226,7 +224,6 @@ fn accept(
     shm: &Shm,
     memfd: &OwnedFd,
     pool_path: &Path,
-    pool_meta: &std::fs::Metadata,
     log: &(dyn Fn(&str) + Sync),
 ) {
     let _ = stream.set_nonblocking(false);
@@ -238,7 +235,11 @@ fn accept(
             ));
         }
     };
-    if !may_use(&creds, pool_meta) {
+    // Permissions are read at each connection: chmod of the pool file takes effect at once.
+    let allowed = std::fs::metadata(pool_path)
+        .map(|m| may_use(&creds, &m))
+        .unwrap_or(false);
+    if !allowed {
         return log(&format!(
             "refused pid {pid}: uid {} may not use the pool file",
             creds.uid
