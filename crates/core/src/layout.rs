@@ -225,6 +225,19 @@ impl Superblock {
         Ok(sb)
     }
 
+    /// Problems with either copy (fsck): each must decode and match the one in use.
+    pub fn check_copies(&self, pool: &Pool) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, &at) in SB_COPIES.iter().enumerate() {
+            match Superblock::decode(pool.slice(at, (SB_BODY + 4) as u64)) {
+                Err(e) => out.push(format!("superblock copy {i} is invalid: {e}")),
+                Ok(sb) if sb != *self => out.push(format!("superblock copy {i} is stale")),
+                Ok(_) => {}
+            }
+        }
+        out
+    }
+
     /// Read both copies and return the newest valid one, or say why the pool is unusable.
     pub fn load(pool: &Pool) -> Result<Superblock> {
         if pool.len() < 2 * PAGE {

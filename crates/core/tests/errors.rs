@@ -599,3 +599,21 @@ fn corrupt_bitmaps_give_errors_not_panics() {
 fn corrupt_log_gives_errors_not_panics() {
     corrupt_area_gives_errors_not_panics("log", 1003);
 }
+
+#[test]
+fn fsck_reports_and_repairs_a_damaged_superblock_copy() {
+    let (_p, fs) = new_fs("sbcopy", 8);
+    fs.write_file("/f", b"data").unwrap();
+    // Damage the second copy behind the file system's back.
+    fs.pool().write(4096 + 100, &[0xA5; 8]);
+    let r = fs.fsck(false).unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("superblock copy 1")),
+        "{:?}",
+        r.problems
+    );
+    let r = fs.fsck(true).unwrap();
+    assert!(r.repaired > 0);
+    assert_clean(&fs);
+    assert_eq!(fs.read_file("/f").unwrap(), b"data");
+}

@@ -44,6 +44,9 @@ impl Server {
             problems: std::mem::take(&mut census.problems),
             ..FsckReport::default()
         };
+        let bad_superblock = self.sb.check_copies(&self.pool);
+        let rewrite_superblock = !bad_superblock.is_empty();
+        r.problems.extend(bad_superblock);
         let mut inos: Vec<(u64, Expected)> = census.inodes.iter().map(|(&i, &e)| (i, e)).collect();
         inos.sort_by_key(|e| e.0);
         for (ino, exp) in inos {
@@ -151,6 +154,10 @@ impl Server {
         r.meta_pages = census.meta.used();
         r.data_pages = census.data.used();
         if repair && !r.problems.is_empty() {
+            if rewrite_superblock {
+                self.sb.store(&self.pool);
+                r.repaired += 1;
+            }
             self.commit(&fixes, &touched)?;
             r.repaired += fixes.len();
             for ino in orphans {
