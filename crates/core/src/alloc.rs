@@ -47,11 +47,14 @@ impl Bitmap {
     }
 
     pub fn get(&self, i: u64) -> bool {
-        self.words[(i / 64) as usize] & (1 << (i % 64)) != 0
+        i < self.len && self.words[(i / 64) as usize] & (1 << (i % 64)) != 0
     }
 
     /// Mark bit `i` used; returns false if it already was.
     pub fn set(&mut self, i: u64) -> bool {
+        if i >= self.len {
+            return false;
+        }
         let w = &mut self.words[(i / 64) as usize];
         let m = 1u64 << (i % 64);
         if *w & m != 0 {
@@ -63,7 +66,11 @@ impl Bitmap {
     }
 
     /// Mark bit `i` free; returns false if it already was.
+    /// Out-of-range bits (from a corrupt pointer) are left alone.
     pub fn clear(&mut self, i: u64) -> bool {
+        if i >= self.len {
+            return false;
+        }
         let w = &mut self.words[(i / 64) as usize];
         let m = 1u64 << (i % 64);
         if *w & m == 0 {

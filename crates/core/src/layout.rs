@@ -121,12 +121,15 @@ impl Geometry {
             && off < self.data_off + self.data_pages * PAGE
     }
 
+    /// Index of a metadata page; an offset outside the area gives an index past the end
+    /// (which the bitmaps ignore) rather than a panic.
     pub fn meta_index(&self, off: u64) -> u64 {
-        (off - self.meta_off) / PAGE
+        off.wrapping_sub(self.meta_off) / PAGE
     }
 
+    /// Index of a data page (same rule for offsets outside the area).
     pub fn data_index(&self, off: u64) -> u64 {
-        (off - self.data_off) / PAGE
+        off.wrapping_sub(self.data_off) / PAGE
     }
 }
 

@@ -52,7 +52,7 @@ impl Entry {
     fn range(&self) -> (u64, u64) {
         match self {
             Entry::Set { off, width, .. } => (*off, *width as u64),
-            Entry::Seq { off, count, .. } => (*off, count * 8),
+            Entry::Seq { off, count, .. } => (*off, count.saturating_mul(8)),
             Entry::Bytes { off, data } => (*off, data.len() as u64),
         }
     }

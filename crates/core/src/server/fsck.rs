@@ -101,6 +101,8 @@ impl Server {
         }
         let pending: std::collections::HashSet<Item> = self.alloc.pending_items().collect();
         let reserved: std::collections::HashSet<u64> = self.reserved_pages().collect();
+        let mut leaks = Vec::new();
+        let mut unmarked = Vec::new();
         for ino in 1..self.geo.inode_count {
             let live = self.read_inode(ino).mode != 0;
             let reached = census.inodes.contains_key(&ino);
@@ -112,13 +114,13 @@ impl Server {
             } else if reached && !used {
                 r.problems
                     .push(format!("inode {ino} is in use but marked free"));
+                unmarked.push(Item::Inode(ino));
             } else if used && !live && !pending.contains(&Item::Inode(ino)) {
                 r.problems
                     .push(format!("inode {ino} is marked used but free (leak)"));
+                leaks.push(Item::Inode(ino));
             }
         }
-        let mut leaks = Vec::new();
-        let mut unmarked = Vec::new();
         for i in 0..self.geo.meta_pages {
             let off = self.geo.meta_off + i * crate::layout::PAGE;
             let (reached, used) = (census.meta.get(i), self.alloc.meta.get(i));

@@ -384,7 +384,7 @@ impl Server {
                 &mut |p| items.push(Item::MetaPage(p)),
                 &mut |_| {},
             )?;
-        } else if d.is_symlink() && d.root != 0 {
+        } else if d.is_symlink() && d.size > field::INLINE_LEN && self.geo.is_meta_page(d.root) {
             items.push(Item::MetaPage(d.root));
         }
         Ok(items)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install the system packages the test suite needs, if they are missing. Idempotent: does
+# nothing (and needs no network) when everything is present. Only root installs; others are
+# told what is missing.
+set -euo pipefail
+
+# Debian/Ubuntu packages the tests use. Later: sqlite3 fio rocksdb-tools fuse3.
+PACKAGES=()
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    if ! dpkg -s "$pkg" >/dev/null 2>&1; then
+        missing+=("$pkg")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#PACKAGES[@]} required packages present${PACKAGES[*]:+ (${PACKAGES[*]})}"
+    exit 0
+fi
+
+echo "install-deps: missing: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: not root; install them with: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: apt-get not found; install ${missing[*]} with your package manager" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"
