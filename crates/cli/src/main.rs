@@ -5,6 +5,7 @@
 mod output;
 
 mod cp;
+mod crashtest;
 mod demo;
 mod error;
 mod fsck;
@@ -12,6 +13,7 @@ mod info;
 mod ls;
 mod mkfs;
 mod pool;
+mod serve;
 mod size;
 
 use clap::{Parser, Subcommand};
@@ -40,6 +42,10 @@ enum Command {
     Ls(ls::Args),
     /// Build, modify, verify, remount and fsck a small tree: a self-checking tour
     Demo(demo::Args),
+    /// Serve a pool to several processes (until SIGINT/SIGTERM)
+    Serve(serve::Args),
+    /// Check every crash state of the crash-consistency workloads
+    Crashtest(crashtest::Args),
 }
 
 fn run(command: Command) -> error::Result<()> {
@@ -50,6 +56,8 @@ fn run(command: Command) -> error::Result<()> {
         Command::Cp(a) => cp::run(&a),
         Command::Ls(a) => ls::run(&a),
         Command::Demo(a) => demo::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Crashtest(a) => crashtest::run(&a),
     }
 }
 
@@ -85,7 +93,7 @@ fn main() -> ExitCode {
         }
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             eprintln!(
-                "engram: no command given: one of mkfs, info, fsck, cp, ls, demo (see engram --help)"
+                "engram: no command given: one of mkfs, info, fsck, cp, ls, demo, serve, crashtest (see engram --help)"
             );
             return ExitCode::FAILURE;
         }

@@ -157,7 +157,7 @@ fn subsets(n: usize, cfg: &Config, rng: &mut Rng) -> Vec<Vec<bool>> {
             .collect();
     }
     (0..samples)
-        .map(|_| (0..n).map(|_| rng.next() & 1 == 1).collect())
+        .map(|_| (0..n).map(|_| rng.next_u64() & 1 == 1).collect())
         .collect()
 }
 
@@ -199,7 +199,7 @@ impl Checker<'_> {
                 // to the same tree.
                 self.recovery_checks += 1;
                 let every = if self.cfg.quick { 8 } else { 1 };
-                if replayed && self.recovery_checks % every == 0 {
+                if replayed && self.recovery_checks.is_multiple_of(every) {
                     self.check_recovery(img, &tree, at, out);
                 }
             }

@@ -1,4 +1,6 @@
 //! Helpers for running the `engram` binary against pools in /dev/shm and trees in /tmp.
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::fs;

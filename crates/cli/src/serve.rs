@@ -1,0 +1,47 @@
+//! `engram serve POOL [--socket PATH]`: the daemon that lets several processes share a pool.
+
+use crate::error::{Context, Result};
+use engram_core::daemon::{ServeOptions, serve};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pool file
+    pub pool: PathBuf,
+    /// Unix socket to listen on (default: the pool's path with `.sock` appended)
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Exit after this many seconds without any client
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_exit: Option<u64>,
+}
+
+/// The socket a pool's daemon listens on unless told otherwise.
+pub fn default_socket(pool: &Path) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(".sock");
+    PathBuf::from(s)
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let opts = ServeOptions {
+        socket: a.socket.clone().unwrap_or_else(|| default_socket(&a.pool)),
+        idle_exit: a.idle_exit.map(Duration::from_secs),
+    };
+    serve(&a.pool, &opts, &STOP, &|line| {
+        eprintln!("engram serve: {line}")
+    })
+    .context(format_args!("{}", a.pool.display()))
+}

@@ -1,0 +1,92 @@
+//! `engram serve`: a daemon process that other processes connect to, that stops cleanly on
+//! SIGTERM, and that a new `engram serve` recovers after it was killed.
+
+mod common;
+
+use common::{TempPool, ok};
+use engram_core::{Fs, Options};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn start(pool: &TempPool, socket: &PathBuf) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["serve", pool.s(), "--socket"])
+        .arg(socket)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Fs::connect(socket).is_err() {
+        assert!(Instant::now() < until, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+#[test]
+fn serve_shares_the_pool_and_stops_cleanly_on_sigterm() {
+    let pool = TempPool::new("serve");
+    ok(["mkfs", pool.s(), "--size", "32M"]);
+    let socket = PathBuf::from(format!("{}.sock", pool.s()));
+    let mut daemon = start(&pool, &socket);
+    let a = Fs::connect(&socket).unwrap();
+    let b = Fs::connect(&socket).unwrap();
+    a.write_file("/from-a", b"a").unwrap();
+    assert_eq!(b.read_file("/from-a").unwrap(), b"a");
+    drop((a, b));
+    signal(&daemon, libc::SIGTERM);
+    let out = daemon.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("connected") && log.contains("disconnected"),
+        "{log}"
+    );
+    assert!(log.contains("marked clean"), "{log}");
+    assert!(!socket.exists(), "the socket is removed");
+    let fs = Fs::open(pool.path(), &Options::default()).unwrap();
+    assert!(fs.mount_info().was_clean);
+    assert_eq!(fs.read_file("/from-a").unwrap(), b"a");
+    assert!(fs.fsck(false).unwrap().is_clean());
+    drop(fs);
+    daemon = start(&pool, &socket);
+    signal(&daemon, libc::SIGINT);
+    assert!(daemon.wait().unwrap().success());
+}
+
+#[test]
+fn a_killed_daemon_is_recovered_by_the_next_one() {
+    let pool = TempPool::new("serve-kill");
+    ok(["mkfs", pool.s(), "--size", "32M"]);
+    let socket = PathBuf::from(format!("{}.sock", pool.s()));
+    let mut daemon = start(&pool, &socket);
+    let fs = Fs::connect(&socket).unwrap();
+    for i in 0..50 {
+        fs.write_file(format!("/f{i}"), format!("{i}").as_bytes())
+            .unwrap();
+    }
+    signal(&daemon, libc::SIGKILL);
+    daemon.wait().unwrap();
+    drop(fs);
+    // The socket file is left behind; the next daemon replaces it and recovers the pool.
+    let daemon = start(&pool, &socket);
+    let fs = Fs::connect(&socket).unwrap();
+    for i in 0..50 {
+        assert_eq!(
+            fs.read_file(format!("/f{i}")).unwrap(),
+            format!("{i}").as_bytes()
+        );
+    }
+    assert!(fs.fsck(false).unwrap().is_clean());
+    drop(fs);
+    signal(&daemon, libc::SIGTERM);
+    let out = daemon.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("recovered"), "{log}");
+}
