@@ -5,7 +5,8 @@
 set -euo pipefail
 
 # Debian/Ubuntu packages the tests use. Later: sqlite3 fio rocksdb-tools fuse3.
-PACKAGES=()
+# fuse3: FUSE mounts (fusermount3); sqlite3 and git: programs the FUSE and shim tests run.
+PACKAGES=(fuse3 sqlite3 git)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -4,6 +4,7 @@
 #[macro_use]
 mod output;
 
+mod bench;
 mod cp;
 mod crashtest;
 mod demo;
@@ -12,7 +13,9 @@ mod fsck;
 mod info;
 mod ls;
 mod mkfs;
+mod mount;
 mod pool;
+mod run;
 mod serve;
 mod size;
 
@@ -46,6 +49,14 @@ enum Command {
     Serve(serve::Args),
     /// Check every crash state of the crash-consistency workloads
     Crashtest(crashtest::Args),
+    /// Benchmark EngramFS against tmpfs and ext4 in the same run
+    Bench(bench::Args),
+    /// Mount a pool at a directory through FUSE
+    Mount(mount::Args),
+    /// Unmount a FUSE mount of a pool (the pool is left clean)
+    Umount(mount::UmountArgs),
+    /// Run a program with the pool under /mnt/engram (LD_PRELOAD shim and a shared daemon)
+    Run(run::Args),
 }
 
 fn run(command: Command) -> error::Result<()> {
@@ -58,6 +69,10 @@ fn run(command: Command) -> error::Result<()> {
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve::run(&a),
         Command::Crashtest(a) => crashtest::run(&a),
+        Command::Bench(a) => bench::run(&a),
+        Command::Mount(a) => mount::run(&a),
+        Command::Umount(a) => mount::umount(&a),
+        Command::Run(a) => run::run(&a),
     }
 }
 
@@ -93,7 +108,7 @@ fn main() -> ExitCode {
         }
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             eprintln!(
-                "engram: no command given: one of mkfs, info, fsck, cp, ls, demo, serve, crashtest (see engram --help)"
+                "engram: no command given: one of mkfs, info, fsck, cp, ls, demo, run, serve, mount, umount, crashtest, bench (see engram --help)"
             );
             return ExitCode::FAILURE;
         }

@@ -137,7 +137,7 @@ fn visit(
     node_fn: &mut dyn FnMut(u64),
     page_fn: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-        if height == 0 {
+    if height == 0 {
         // A lone page (a file of height 0) may lie outside the range asked for.
         if base >= start && base < end {
             page_fn(base, data(geo, p)?);

@@ -1,0 +1,266 @@
+//! Running an operation on N threads for a fixed time or a fixed count, and the DRAM
+//! memcpy references measured the same way.
+
+use std::io;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// How long a time-bounded measurement runs, after a warm-up of `warmup`.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    pub duration: Duration,
+    pub warmup: Duration,
+}
+
+/// A page-aligned byte buffer.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain owned memory; access goes through &/&mut.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: as above.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub fn new(len: usize, fill: u8) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).expect("layout");
+        // SAFETY: non-zero size; checked for null below.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `ptr` points to `len` writable bytes.
+        unsafe { ptr.write_bytes(fill, len) };
+        AlignedBuf { ptr, len }
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `len` initialised bytes while self lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len.max(1), 4096).expect("layout");
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+/// One thread's state in a measurement.
+pub struct Worker {
+    pub tid: usize,
+    pub threads: usize,
+    pub buf: AlignedBuf,
+    rng: u64,
+}
+
+impl Worker {
+    fn new(tid: usize, threads: usize, buf_len: usize) -> Worker {
+        Worker {
+            tid,
+            threads,
+            buf: AlignedBuf::new(buf_len, 0x5a ^ tid as u8),
+            rng: 0x9e37_79b9_7f4a_7c15 ^ ((tid as u64 + 1) << 32),
+        }
+    }
+
+    /// A pseudo-random number below `n` (xorshift).
+    pub fn rand(&mut self, n: usize) -> usize {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        (x % n.max(1) as u64) as usize
+    }
+
+    /// A random index in this thread's share of `0..n` (k ≡ tid mod threads), so that
+    /// threads that delete and recreate files never pick the same one.
+    pub fn rand_own(&mut self, n: usize) -> usize {
+        let per = (n / self.threads).max(1);
+        (self.rand(per) * self.threads + self.tid).min(n.saturating_sub(1))
+    }
+}
+
+/// The block a thread touches at step `i` in a file of `blocks` blocks: a stride coprime
+/// to the (power-of-two) block count visits every block in a scattered order.
+pub fn block(i: u64, blocks: u64) -> u64 {
+    (i.wrapping_mul(97)) % blocks
+}
+
+/// A measurement is cut into this many slices; each thread reports the median of its
+/// slices' rates, so that one slice in which the thread was preempted (the machine is
+/// shared) does not decide the result.
+pub const SLICES: usize = 5;
+
+fn median(mut rates: Vec<f64>) -> f64 {
+    if rates.is_empty() {
+        return 0.0;
+    }
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+/// The clock of a time-bounded measurement, cut into `SLICES` slices.
+struct Slices {
+    start: Instant,
+    slice: std::time::Duration,
+    slice_start: Instant,
+    rates: Vec<f64>,
+}
+
+impl Slices {
+    fn new(duration: Duration) -> Slices {
+        let now = Instant::now();
+        Slices {
+            start: now,
+            slice: duration / SLICES as u32,
+            slice_start: now,
+            rates: Vec::with_capacity(SLICES),
+        }
+    }
+
+    /// Close the slice if its time is up (taking its units); true when all are done.
+    fn tick(&mut self, units: &mut u64) -> bool {
+        let now = Instant::now();
+        let end = self.start + self.slice * (self.rates.len() as u32 + 1);
+        if now >= end {
+            let secs = (now - self.slice_start).as_secs_f64().max(1e-9);
+            self.rates.push(std::mem::take(units) as f64 / secs);
+            self.slice_start = now;
+        }
+        self.rates.len() >= SLICES
+    }
+
+    fn median(self) -> f64 {
+        median(self.rates)
+    }
+}
+
+/// Run `op` on `threads` threads for the budget's duration; returns the units it reported
+/// per second (the median of its slices, see `SLICES`), summed over the threads.
+pub fn timed<F>(threads: usize, buf_len: usize, b: Budget, op: F) -> io::Result<f64>
+where
+    F: Fn(&mut Worker, u64) -> io::Result<u64> + Sync,
+{
+    let barrier = Barrier::new(threads);
+    let rates = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|tid| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || -> io::Result<f64> {
+                    let mut w = Worker::new(tid, threads, buf_len);
+                    let mut i = 0u64;
+                    let warm_end = Instant::now() + b.warmup;
+                    let warm = (|| -> io::Result<()> {
+                        while Instant::now() < warm_end {
+                            op(&mut w, i)?;
+                            i += 1;
+                        }
+                        Ok(())
+                    })();
+                    barrier.wait();
+                    warm?;
+                    let mut slices = Slices::new(b.duration);
+                    let mut units = 0u64;
+                    loop {
+                        for _ in 0..4 {
+                            units += op(&mut w, i)?;
+                            i += 1;
+                        }
+                        if slices.tick(&mut units) {
+                            break;
+                        }
+                    }
+                    Ok(slices.median())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("panic"))))
+            .collect::<Vec<_>>()
+    });
+    rates.into_iter().sum()
+}
+
+/// Run `op` `count` times on each of `threads` threads (with `i` = 0..count); returns the
+/// units per second (the median of its slices, see `SLICES`), summed over the threads.
+pub fn counted<F>(threads: usize, buf_len: usize, count: usize, op: F) -> io::Result<f64>
+where
+    F: Fn(&mut Worker, u64) -> io::Result<u64> + Sync,
+{
+    let barrier = Barrier::new(threads);
+    let rates = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|tid| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || -> io::Result<f64> {
+                    let mut w = Worker::new(tid, threads, buf_len);
+                    barrier.wait();
+                    let per = count.div_ceil(SLICES).max(1) as u64;
+                    let mut rates = Vec::with_capacity(SLICES);
+                    let mut units = 0u64;
+                    let mut t0 = Instant::now();
+                    for i in 0..count as u64 {
+                        units += op(&mut w, i)?;
+                        if (i + 1) % per == 0 || i + 1 == count as u64 {
+                            let now = Instant::now();
+                            let secs = (now - t0).as_secs_f64().max(1e-9);
+                            rates.push(std::mem::take(&mut units) as f64 / secs);
+                            t0 = now;
+                        }
+                    }
+                    Ok(median(rates))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("panic"))))
+            .collect::<Vec<_>>()
+    });
+    rates.into_iter().sum()
+}
+
+/// 4 KiB copies per second out of a 1 MiB DRAM buffer into a 4 KiB one, in the block order
+/// the 4 KiB read benchmarks use: what a read costs with nothing but the copy.
+pub fn memcpy_4k(threads: usize, b: Budget) -> io::Result<f64> {
+    let src = AlignedBuf::new(1 << 20, 7);
+    timed(threads, 4096, b, |w, i| {
+        let off = block(i, 256) as usize * 4096;
+        w.buf.copy_from_slice(&src[off..off + 4096]);
+        std::hint::black_box(&w.buf[..]);
+        Ok(1)
+    })
+}
+
+/// Bytes per second of `chunk`-sized copies into a 64 MiB DRAM buffer per thread (larger
+/// than the caches): the machine's memory-copy bandwidth.
+pub fn memcpy_bandwidth(threads: usize, chunk: usize, b: Budget) -> io::Result<f64> {
+    const DEST: usize = 64 << 20;
+    let dests: Vec<std::sync::Mutex<AlignedBuf>> = (0..threads)
+        .map(|_| std::sync::Mutex::new(AlignedBuf::new(DEST, 0)))
+        .collect();
+    timed(threads, chunk, b, |w, i| {
+        let mut d = dests[w.tid].lock().unwrap_or_else(|e| e.into_inner());
+        let off = (i as usize * chunk) % (DEST - DEST % chunk);
+        d[off..off + chunk].copy_from_slice(&w.buf);
+        std::hint::black_box(&d[off]);
+        Ok(chunk as u64)
+    })
+}

@@ -1,0 +1,239 @@
+//! EngramFS through its native Rust API: in-process (the server runs in this process), or
+//! through an `engram serve` daemon started in a thread of this process and reached with
+//! `Fs::connect`, exactly as another process would reach it.
+
+use super::{Kind, Open, Target, TargetFile};
+use engram_core::daemon::{ServeOptions, serve};
+use engram_core::{File, Fs, OpenOptions, Options};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+static POOLS: AtomicU64 = AtomicU64::new(0);
+
+/// A pool path in /dev/shm unique to this process and call.
+pub fn pool_path(tag: &str) -> PathBuf {
+    let n = POOLS.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(format!(
+        "/dev/shm/engram-bench-{}-{n}-{tag}.pool",
+        std::process::id()
+    ))
+}
+
+/// Format a pool without reserving its memory up front (a sparse file: only the pages the
+/// file system touches take memory, so a pool sized for a million inodes costs what those
+/// inodes use). `engram mkfs` reserves the whole pool instead: the shared targets use that;
+/// the scaling rows, whose pools are sized for up to a million inodes, use this.
+pub fn mkfs_sparse(path: &Path, size: u64) -> io::Result<()> {
+    let geo = engram_core::layout::Geometry::for_size(size)?;
+    let _ = std::fs::remove_file(path);
+    std::fs::File::create(path)?.set_len(size)?;
+    let pool = engram_pmem::Pool::open(path)?;
+    engram_core::mkfs::format(&pool, &geo);
+    Ok(())
+}
+
+struct Daemon {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<engram_core::Result<()>>>,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(pool: &Path) -> io::Result<Daemon> {
+        let socket = PathBuf::from(format!(
+            "/tmp/engram-bench-{}-{}.sock",
+            std::process::id(),
+            POOLS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s, st) = (pool.to_path_buf(), socket.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("engram-daemon".into())
+            .spawn(move || {
+                let opts = ServeOptions {
+                    socket: s,
+                    idle_exit: None,
+                };
+                serve(&p, &opts, &st, &|_line| {})
+            })?;
+        let mut d = Daemon {
+            stop,
+            thread: Some(thread),
+            socket,
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while !d.socket.exists() {
+            if d.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                let r = d.thread.take().map(|t| t.join());
+                return Err(match r {
+                    Some(Ok(Err(e))) => e.into(),
+                    _ => io::Error::other("the daemon thread stopped at start"),
+                });
+            }
+            if Instant::now() > until {
+                return Err(io::Error::other("the daemon did not start listening"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(d)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+pub struct EngramTarget {
+    name: String,
+    fs: Option<Fs>,
+    daemon: Option<Daemon>,
+    pool: PathBuf,
+}
+
+impl EngramTarget {
+    /// The native API with the server in this process, on a fresh pool of `size` bytes
+    /// made as `engram mkfs` makes it (the whole file reserved).
+    pub fn native(name: &str, size: u64) -> io::Result<EngramTarget> {
+        EngramTarget::start(name, size, false, false)
+    }
+
+    /// The native API connected to a daemon (serving a fresh pool made like `native`'s).
+    pub fn daemon(name: &str, size: u64) -> io::Result<EngramTarget> {
+        EngramTarget::start(name, size, true, false)
+    }
+
+    fn start(name: &str, size: u64, daemon: bool, sparse: bool) -> io::Result<EngramTarget> {
+        let pool = pool_path(name);
+        let started = if sparse {
+            mkfs_sparse(&pool, size)
+        } else {
+            Fs::mkfs(&pool, size).map_err(io::Error::from)
+        }
+        .and_then(|()| {
+            if daemon {
+                let d = Daemon::start(&pool)?;
+                Ok((Fs::connect(&d.socket)?, Some(d)))
+            } else {
+                Ok((Fs::open(&pool, &Options::default())?, None))
+            }
+        });
+        match started {
+            Ok((fs, daemon)) => Ok(EngramTarget {
+                name: name.to_string(),
+                fs: Some(fs),
+                daemon,
+                pool,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&pool);
+                Err(e)
+            }
+        }
+    }
+
+    fn fs(&self) -> &Fs {
+        self.fs
+            .as_ref()
+            .expect("the file system is open until drop")
+    }
+}
+
+impl Drop for EngramTarget {
+    fn drop(&mut self) {
+        // Clients first, then the daemon (it checkpoints), then the pool file.
+        drop(self.fs.take());
+        drop(self.daemon.take());
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+struct EngramFile(File);
+
+impl TargetFile for EngramFile {
+    fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        Ok(self.0.read_at(buf, off)?)
+    }
+    fn pwrite(&self, buf: &[u8], off: u64) -> io::Result<usize> {
+        Ok(self.0.write_at(buf, off)?)
+    }
+    fn append(&self, buf: &[u8]) -> io::Result<usize> {
+        Ok(self.0.write_next(buf)?)
+    }
+    fn fdatasync(&self) -> io::Result<()> {
+        Ok(self.0.sync_data()?)
+    }
+}
+
+impl Target for EngramTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> Kind {
+        Kind::Engram
+    }
+    fn open(&self, path: &str, how: Open) -> io::Result<Box<dyn TargetFile>> {
+        let opts = OpenOptions::new()
+            .read(true)
+            .write(how.write)
+            .create(how.create)
+            .append(how.append)
+            .truncate(how.truncate);
+        Ok(Box::new(EngramFile(self.fs().open_file(path, &opts)?)))
+    }
+    fn create(&self, path: &str) -> io::Result<()> {
+        let opts = OpenOptions::new().write(true).create_new(true);
+        self.fs().open_file(path, &opts)?;
+        Ok(())
+    }
+    fn mkdir(&self, path: &str) -> io::Result<()> {
+        Ok(self.fs().mkdir(path, 0o755)?)
+    }
+    fn unlink(&self, path: &str) -> io::Result<()> {
+        Ok(self.fs().unlink(path)?)
+    }
+    fn rmdir(&self, path: &str) -> io::Result<()> {
+        Ok(self.fs().rmdir(path)?)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        Ok(self.fs().rename(from, to)?)
+    }
+    fn stat(&self, path: &str) -> io::Result<u64> {
+        Ok(self.fs().stat(path)?.size)
+    }
+    fn count_dir(&self, path: &str) -> io::Result<usize> {
+        let mut n = 0;
+        for e in self.fs().read_dir(path)? {
+            let e = e?;
+            if e.name != b"." && e.name != b".." {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+    fn list_dir(&self, path: &str) -> io::Result<Vec<(String, bool)>> {
+        let mut out = Vec::new();
+        for e in self.fs().read_dir(path)? {
+            let e = e?;
+            if e.name != b"." && e.name != b".." {
+                out.push((e.name_str().into_owned(), e.file_type == libc::DT_DIR));
+            }
+        }
+        Ok(out)
+    }
+    fn fresh(&self, files: u64) -> Option<io::Result<Box<dyn Target>>> {
+        // An inode per 8 KiB of pool; leave a quarter spare, round to 1 GiB.
+        let size = ((files + 4096) * 8192 * 5 / 4).div_ceil(1 << 30) << 30;
+        let t = EngramTarget::start(&self.name, size, self.daemon.is_some(), true);
+        Some(t.map(|t| Box::new(t) as Box<dyn Target>))
+    }
+}

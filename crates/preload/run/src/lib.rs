@@ -1,0 +1,207 @@
+//! `engram run [--pool POOL] [--mount DIR] -- CMD ARGS…`: make sure a daemon serves the
+//! pool, then run CMD with the shim preloaded, so that CMD and every process it starts share
+//! the pool.
+//!
+//! This crate is separate from the shim so that a program linking it (the `engram` CLI, the
+//! tests) does not get the shim's libc symbols linked into itself.
+
+use engram_core::Fs;
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The pool used when none is named (the one `engram demo` uses).
+pub const DEFAULT_POOL: &str = "/dev/shm/engram-demo.pool";
+/// The mount prefix used when none is named.
+pub const DEFAULT_MOUNT: &str = "/mnt/engram";
+/// Size of the pool `engram run` creates when the default one is missing (as `engram demo`).
+pub const DEFAULT_POOL_SIZE: u64 = 256 << 20;
+/// A daemon started by `engram run` exits after this long without clients.
+pub const IDLE_EXIT: Duration = Duration::from_secs(5);
+const LIBRARY: &str = "libengram_preload.so";
+
+/// The socket of the daemon that serves `pool`: `POOL.sock`.
+pub fn socket_for(pool: &Path) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(".sock");
+    PathBuf::from(s)
+}
+
+/// Where `libengram_preload.so` is: `ENGRAM_PRELOAD_LIB`, else next to the running program
+/// (cargo puts it beside the `engram` binary), its parent directory (test binaries live in
+/// target/*/deps), or `../lib/engram/`.
+pub fn find_library() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ENGRAM_PRELOAD_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join(LIBRARY),
+        dir.join("..").join(LIBRARY),
+        dir.join("../lib/engram").join(LIBRARY),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// The `engram` binary to start `engram serve` with, if one is found.
+fn engram_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ENGRAM_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_name().is_some_and(|n| n == "engram") {
+        return Some(exe);
+    }
+    let dir = exe.parent()?;
+    [dir.join("engram"), dir.join("../engram")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+fn wait_for(socket: &Path, limit: Duration, mut alive: impl FnMut() -> bool) -> Option<Fs> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Ok(fs) = Fs::connect(socket) {
+            return Some(fs);
+        }
+        if !alive() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Start `engram serve POOL --socket S --idle-exit 5` in its own session.
+fn spawn_serve(bin: &Path, pool: &Path, socket: &Path) -> Option<Fs> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve")
+        .arg(pool)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--idle-exit")
+        .arg(IDLE_EXIT.as_secs().to_string())
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid in the child before exec is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().ok()?;
+    let fs = wait_for(socket, Duration::from_secs(10), || {
+        matches!(child.try_wait(), Ok(None))
+    });
+    if fs.is_none() {
+        // It never answered: do not leave it holding the pool.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    fs
+}
+
+/// Serve the pool from a detached grandchild of this process (when no `engram` binary with
+/// `serve` is at hand).
+fn fork_serve(pool: &Path, socket: &Path) -> Option<Fs> {
+    // SAFETY: fork; the child only forks again and exits, the grandchild serves and exits
+    // with _exit, never returning into the caller's code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return None;
+    }
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::setsid();
+            if libc::fork() != 0 {
+                libc::_exit(0);
+            }
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            for fd in 0..=2 {
+                libc::dup2(null, fd);
+            }
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let opts = engram_core::daemon::ServeOptions {
+            socket: socket.to_path_buf(),
+            idle_exit: Some(IDLE_EXIT),
+        };
+        let r = engram_core::daemon::serve(pool, &opts, &stop, &|_| {});
+        // SAFETY: leaving the grandchild without running the caller's exit handlers.
+        unsafe { libc::_exit(r.is_err() as i32) };
+    }
+    let mut status = 0;
+    // SAFETY: reaping the intermediate child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    wait_for(socket, Duration::from_secs(10), || true)
+}
+
+/// Connect to the daemon serving `pool`, starting one if none answers. The returned
+/// connection keeps the daemon from exiting while it is held.
+pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
+    let socket = socket_for(pool);
+    if let Ok(fs) = Fs::connect(&socket) {
+        return Ok((fs, socket));
+    }
+    if !pool.exists() {
+        Fs::mkfs(pool, DEFAULT_POOL_SIZE)
+            .map_err(|e| format!("cannot create pool {}: {e}", pool.display()))?;
+    }
+    let fs = engram_binary()
+        .and_then(|bin| spawn_serve(&bin, pool, &socket))
+        .or_else(|| fork_serve(pool, &socket))
+        .ok_or_else(|| {
+            format!(
+                "cannot start a daemon for {} (socket {})",
+                pool.display(),
+                socket.display()
+            )
+        })?;
+    Ok((fs, socket))
+}
+
+/// Run `cmd` under the shim and return its exit status (128 + signal if it was killed).
+pub fn run(pool: Option<PathBuf>, mount: Option<PathBuf>, cmd: &[OsString]) -> Result<i32, String> {
+    let Some((prog, args)) = cmd.split_first() else {
+        return Err("no command given (engram run -- CMD ARGS...)".into());
+    };
+    let pool = pool.unwrap_or_else(|| PathBuf::from(DEFAULT_POOL));
+    let mount = mount.unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT));
+    if !mount.is_absolute() {
+        return Err(format!(
+            "the mount prefix {} must be absolute",
+            mount.display()
+        ));
+    }
+    let lib = find_library().ok_or_else(|| {
+        format!("cannot find {LIBRARY} (build it with `cargo build -p engram-preload`, or set ENGRAM_PRELOAD_LIB)")
+    })?;
+    let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+    let (keep, socket) = ensure_daemon(&pool)?;
+    let mut preload = lib.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let status = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", preload)
+        .env("ENGRAM_SOCKET", &socket)
+        .env("ENGRAM_MOUNT", &mount)
+        .env("ENGRAM_POOL", &pool)
+        .env_remove("ENGRAM_CWD")
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(prog).display()))?;
+    drop(keep);
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}

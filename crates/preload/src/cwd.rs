@@ -1,0 +1,201 @@
+//! The current directory: chdir into the pool makes a virtual current directory (the real
+//! one stays where it was) against which relative paths resolve; getcwd, realpath and
+//! canonicalize_file_name answer in the process's namespace.
+
+use crate::ops::{Side, real_ret, side};
+use crate::route::{Route, mounted, refresh_real_cwd, set_virtual_cwd, virtual_cwd};
+use crate::session::op;
+use crate::util::{Res, en, guard};
+use crate::{real, routed, table};
+use libc::{c_char, c_int, size_t};
+
+fn strip_slash(mut p: Vec<u8>) -> Vec<u8> {
+    while p.len() > 1 && p.ends_with(b"/") {
+        p.pop();
+    }
+    p
+}
+
+/// After a successful real chdir: the current directory is a real one again.
+fn left_pool() {
+    if virtual_cwd().is_some() {
+        set_virtual_cwd(None);
+    }
+    refresh_real_cwd();
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's path.
+    let r = unsafe { crate::route::route(libc::AT_FDCWD, path) };
+    if let Ok(Route::Pass) = r {
+        // SAFETY: forwarding unchanged.
+        let v = unsafe { real::chdir(path) };
+        if v == 0 {
+            left_pool();
+        }
+        return v;
+    }
+    guard(-1, || {
+        let _op = op();
+        match side(r, true)? {
+            Side::Pool(fs, p) => {
+                let m = fs.stat(&p).map_err(en)?;
+                if !m.is_dir() {
+                    return Err(libc::ENOTDIR);
+                }
+                fs.access_at(None, &p, libc::X_OK as u32, true)
+                    .map_err(en)?;
+                set_virtual_cwd(Some(strip_slash(p)));
+                Ok(0)
+            }
+            Side::Real(p) => {
+                // SAFETY: the real call on the resolved path.
+                let v = real_ret(unsafe { real::chdir(p.as_ptr()) })?;
+                left_pool();
+                Ok(v)
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    let Some(of) = table::get(fd) else {
+        // SAFETY: forwarding unchanged.
+        let v = unsafe { real::fchdir(fd) };
+        if v == 0 {
+            left_pool();
+        }
+        return v;
+    };
+    guard(-1, || {
+        if !of.is_dir() {
+            return Err(libc::ENOTDIR);
+        }
+        set_virtual_cwd(Some(of.path().to_vec()));
+        Ok(0)
+    })
+}
+
+/// Copy `s` as a C string into the caller's buffer, or a malloc'd one for a null buffer.
+fn out_str(s: &[u8], buf: *mut c_char, size: size_t, exact_if_null: bool) -> Res<*mut c_char> {
+    let need = s.len() + 1;
+    let dst = if buf.is_null() {
+        let n = if exact_if_null || size == 0 {
+            need
+        } else {
+            size
+        };
+        if n < need {
+            return Err(libc::ERANGE);
+        }
+        // SAFETY: malloc of n bytes (the caller frees it).
+        let p = unsafe { libc::malloc(n) } as *mut c_char;
+        if p.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        p
+    } else {
+        if size < need {
+            return Err(libc::ERANGE);
+        }
+        buf
+    };
+    // SAFETY: dst holds at least `need` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), dst as *mut u8, s.len());
+        *dst.add(s.len()) = 0;
+    }
+    Ok(dst)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
+    let Some(v) = virtual_cwd() else {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::getcwd(buf, size) };
+    };
+    guard(std::ptr::null_mut(), || {
+        if !buf.is_null() && size == 0 {
+            return Err(libc::EINVAL);
+        }
+        out_str(&mounted(&v), buf, size, false)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __getcwd_chk(buf: *mut c_char, size: size_t, len: size_t) -> *mut c_char {
+    if size > len {
+        std::process::abort();
+    }
+    // SAFETY: same contract as getcwd.
+    unsafe { getcwd(buf, size) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
+    let Some(v) = virtual_cwd() else {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::get_current_dir_name() };
+    };
+    guard(std::ptr::null_mut(), || {
+        out_str(&mounted(&v), std::ptr::null_mut(), 0, true)
+    })
+}
+
+fn realpath_routed(r: Res<Route>, out: *mut c_char) -> *mut c_char {
+    guard(std::ptr::null_mut(), || {
+        let _op = op();
+        match side(r, true)? {
+            Side::Pool(fs, p) => {
+                let m = fs.stat(&p).map_err(en)?;
+                if p.ends_with(b"/") && p.len() > 1 && !m.is_dir() {
+                    return Err(libc::ENOTDIR);
+                }
+                let full = mounted(&strip_slash(p));
+                out_str(&full, out, libc::PATH_MAX as usize, true).map_err(|e| {
+                    if e == libc::ERANGE {
+                        libc::ENAMETOOLONG
+                    } else {
+                        e
+                    }
+                })
+            }
+            Side::Real(p) => {
+                // SAFETY: the real call on the resolved path.
+                let v = unsafe { real::realpath(p.as_ptr(), out) };
+                if v.is_null() {
+                    Err(crate::util::errno())
+                } else {
+                    Ok(v)
+                }
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut c_char {
+    let r = routed!(libc::AT_FDCWD, path, real::realpath(path, out));
+    realpath_routed(r, out)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __realpath_chk(
+    path: *const c_char,
+    out: *mut c_char,
+    len: size_t,
+) -> *mut c_char {
+    if !out.is_null() && len < libc::PATH_MAX as usize {
+        std::process::abort();
+    }
+    // SAFETY: same contract as realpath.
+    unsafe { realpath(path, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    let r = routed!(libc::AT_FDCWD, path, real::canonicalize_file_name(path));
+    realpath_routed(r, std::ptr::null_mut())
+}

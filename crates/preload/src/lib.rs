@@ -1,0 +1,65 @@
+//! `libengram_preload.so`: the POSIX shim of EngramFS, loaded with `LD_PRELOAD`.
+//!
+//! Paths under the mount prefix (`ENGRAM_MOUNT`, default `/mnt/engram`) and the descriptors
+//! the shim handed out go to EngramFS; everything else goes to libc untouched, without
+//! allocating or locking. The pool is reached through an `engram serve` daemon when
+//! `ENGRAM_SOCKET` is set (so that every process of a program tree shares it), otherwise it
+//! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
+//!
+//! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
+//! `fcntl`, `mmap`, `stdio`, `process`; the descriptor table is `table`, the connection
+//! `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
+//! programs under the shim (`engram run`).
+//!
+//! Every exported function is `unsafe extern "C"` with libc's signature; each catches
+//! panics and reports failures through errno.
+
+#![allow(clippy::missing_safety_doc)]
+// `routed!` and `ours!` forward the caller's own libc call inside their unsafe block.
+#![allow(clippy::macro_metavars_in_unsafe)]
+
+pub mod attrs;
+pub mod cwd;
+pub mod dirs;
+pub mod fcntl;
+pub mod io;
+pub mod mmap;
+pub mod open;
+pub mod ops;
+pub mod paths;
+pub mod process;
+pub mod real;
+pub mod resolve;
+pub mod route;
+pub mod session;
+pub mod stat;
+pub mod stdio;
+pub mod table;
+pub mod util;
+
+pub use engram_run::{find_library, run, socket_for};
+
+/// Runs when the library is loaded (before the program's main).
+extern "C" fn init() {
+    let _ = std::panic::catch_unwind(|| {
+        route::config();
+        route::refresh_real_cwd();
+        process::register_fork_handlers();
+        process::import_cwd();
+        table::adopt_inherited();
+        stdio::adopt_std_streams();
+    });
+}
+
+/// Runs at exit: a pool opened in this process is unmounted cleanly.
+extern "C" fn fini() {
+    let _ = std::panic::catch_unwind(session::shutdown);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static FINI: extern "C" fn() = fini;

@@ -1,0 +1,339 @@
+//! mmap of EngramFS files. A private mapping, or a shared one that cannot be written, is a
+//! copy of the file taken at mmap time. A shared writable mapping is backed by a file in
+//! /dev/shm named after the inode, which every process mapping that inode shares (so that,
+//! for instance, SQLite's WAL index works between processes); msync and munmap write its
+//! changed pages back to EngramFS, where they become durable.
+
+use crate::io::{pread_of, pwrite_of};
+use crate::session::{self, op};
+use crate::table::OpenFile;
+use crate::util::{Res, errno, guard};
+use crate::{ours, real};
+use libc::{c_int, c_void, off_t, size_t};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const PAGE: usize = 4096;
+
+struct Mapping {
+    addr: usize,
+    len: usize,
+    of: Arc<OpenFile>,
+    off: u64,
+    backing: c_int,
+    name: CString,
+}
+
+static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+/// How many shared writable mappings exist: munmap/msync look no further when zero.
+static NMAPS: AtomicUsize = AtomicUsize::new(0);
+
+fn maps() -> std::sync::MutexGuard<'static, Vec<Mapping>> {
+    MAPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fill `dst` from the file at `off` (zeros past its end).
+fn load(of: &OpenFile, dst: &mut [u8], off: u64) -> Res<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        let n = pread_of(of, &mut dst[done..], off + done as u64)?;
+        if n == 0 {
+            dst[done..].fill(0);
+            break;
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+fn snapshot(
+    of: &OpenFile,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    off: u64,
+) -> Res<*mut c_void> {
+    if !of.readable() {
+        return Err(libc::EACCES);
+    }
+    let keep = flags
+        & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
+    // SAFETY: an anonymous private mapping of len bytes.
+    let p = unsafe {
+        real::mmap(
+            addr,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    // SAFETY: the fresh mapping is ours, len bytes long.
+    let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
+    let r = load(of, dst, off).and_then(|_| {
+        // SAFETY: protecting our own mapping as the caller asked.
+        if unsafe { libc::mprotect(p, len, prot) } != 0 {
+            Err(errno())
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = r {
+        // SAFETY: unmapping our own mapping.
+        unsafe { real::munmap(p, len) };
+        return Err(e);
+    }
+    Ok(p)
+}
+
+/// Copy the file's bytes in `from..to` into the backing file.
+fn fill_backing(of: &OpenFile, fd: c_int, from: u64, to: u64) -> Res<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = from;
+    while pos < to {
+        let n = ((to - pos) as usize).min(buf.len());
+        load(of, &mut buf[..n], pos)?;
+        // SAFETY: writing a local buffer to our backing descriptor.
+        if unsafe { real::pwrite64(fd, buf.as_ptr() as *const c_void, n, pos as off_t) } < 0 {
+            return Err(errno());
+        }
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+fn backing_size(fd: c_int) -> Res<u64> {
+    // SAFETY: fstat into a local buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { real::fstat(fd, &mut st) } != 0 {
+        return Err(errno());
+    }
+    Ok(st.st_size as u64)
+}
+
+fn shared(
+    of: &Arc<OpenFile>,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    off: u64,
+) -> Res<*mut c_void> {
+    if !of.readable() || !of.writable() {
+        return Err(libc::EACCES);
+    }
+    let h = of.handle();
+    let name = CString::new(format!(
+        "/dev/shm/engram-map-{:016x}-{}-{}",
+        session::pool_id(),
+        h.ino,
+        h.generation
+    ))
+    .map_err(|_| libc::EINVAL)?;
+    // SAFETY: opening the backing file with the real call.
+    let fd = unsafe {
+        real::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fd = crate::util::move_high(fd);
+    let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
+    let setup = || -> Res<()> {
+        // SAFETY: flock/ftruncate on our own backing descriptor.
+        unsafe {
+            if real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+                // Nobody maps this inode: start from the file's current contents.
+                let size = crate::io::size_of(of)?;
+                let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
+                if real::ftruncate(fd, 0) != 0 || real::ftruncate(fd, want as off_t) != 0 {
+                    return Err(errno());
+                }
+                fill_backing(of, fd, 0, size.min(want))?;
+                real::flock(fd, libc::LOCK_SH);
+            } else {
+                real::flock(fd, libc::LOCK_SH);
+                let have = backing_size(fd)?;
+                if have < end {
+                    if real::ftruncate(fd, end as off_t) != 0 {
+                        return Err(errno());
+                    }
+                    fill_backing(of, fd, have, end)?;
+                }
+            }
+        }
+        Ok(())
+    };
+    let mapped = setup().and_then(|_| {
+        // SAFETY: mapping the backing file as the caller asked.
+        let p = unsafe { real::mmap(addr, len, prot, flags, fd, off as off_t) };
+        if p == libc::MAP_FAILED {
+            Err(errno())
+        } else {
+            Ok(p)
+        }
+    });
+    match mapped {
+        Ok(p) => {
+            maps().push(Mapping {
+                addr: p as usize,
+                len,
+                of: of.clone(),
+                off,
+                backing: fd,
+                name,
+            });
+            NMAPS.fetch_add(1, Ordering::AcqRel);
+            Ok(p)
+        }
+        Err(e) => {
+            // SAFETY: closing our backing descriptor.
+            unsafe { real::close(fd) };
+            Err(e)
+        }
+    }
+}
+
+macro_rules! mmaps {
+    ($($name:ident),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+            if flags & libc::MAP_ANONYMOUS != 0 {
+                // SAFETY: forwarding unchanged.
+                return unsafe { real::$name(addr, len, prot, flags, fd, off) };
+            }
+            let of = ours!(fd, real::$name(addr, len, prot, flags, fd, off));
+            guard(libc::MAP_FAILED, || {
+                let _op = op();
+                if len == 0 || off < 0 || off as usize % PAGE != 0 {
+                    return Err(libc::EINVAL);
+                }
+                if of.is_dir() {
+                    return Err(libc::ENODEV);
+                }
+                let is_shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
+                if is_shared && prot & libc::PROT_WRITE != 0 {
+                    shared(&of, addr, len, prot, flags, off as u64)
+                } else {
+                    snapshot(&of, addr, len, prot, flags, off as u64)
+                }
+            })
+        }
+    )*};
+}
+mmaps!(mmap, mmap64);
+
+/// Write the changed pages of `m` within `from..to` (addresses) back to the file.
+fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
+    let from = from.max(m.addr);
+    let to = to.min(m.addr + m.len);
+    if from >= to {
+        return Ok(());
+    }
+    let size = crate::io::size_of(&m.of)?;
+    let mut page = vec![0u8; PAGE];
+    let mut a = from - (from - m.addr) % PAGE;
+    while a < to {
+        let foff = m.off + (a - m.addr) as u64;
+        if foff >= size {
+            break;
+        }
+        let n = PAGE.min(m.addr + m.len - a).min((size - foff) as usize);
+        // SAFETY: the mapping is live and n bytes from `a` lie inside it.
+        let mem = unsafe { std::slice::from_raw_parts(a as *const u8, n) };
+        load(&m.of, &mut page[..n], foff)?;
+        if page[..n] != *mem {
+            pwrite_of(&m.of, mem, foff)?;
+        }
+        a += PAGE;
+    }
+    Ok(())
+}
+
+fn forget(m: Mapping) {
+    // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
+    unsafe {
+        if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+            real::unlink(m.name.as_ptr());
+        }
+        real::close(m.backing);
+    }
+    NMAPS.fetch_sub(1, Ordering::AcqRel);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    if NMAPS.load(Ordering::Acquire) == 0 {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::msync(addr, len, flags) };
+    }
+    let r = guard(-1, || {
+        let _op = op();
+        let a = addr as usize;
+        for m in maps().iter() {
+            write_back(m, a, a.saturating_add(len))?;
+        }
+        Ok(0)
+    });
+    if r < 0 {
+        return r;
+    }
+    // SAFETY: forwarding unchanged.
+    unsafe { real::msync(addr, len, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    if NMAPS.load(Ordering::Acquire) == 0 {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::munmap(addr, len) };
+    }
+    let a = addr as usize;
+    let end = a.saturating_add(len);
+    let gone: Vec<Mapping> = {
+        let _op = op();
+        let mut all = maps();
+        for m in all.iter() {
+            let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+        }
+        let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|m| a <= m.addr && m.addr + m.len <= end);
+        *all = keep;
+        gone
+    };
+    // SAFETY: forwarding unchanged.
+    let r = unsafe { real::munmap(addr, len) };
+    let _op = op();
+    for m in gone {
+        forget(m);
+    }
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mremap(
+    addr: *mut c_void,
+    old: size_t,
+    new: size_t,
+    flags: c_int,
+    naddr: *mut c_void,
+) -> *mut c_void {
+    if NMAPS.load(Ordering::Acquire) != 0 && maps().iter().any(|m| m.addr == addr as usize) {
+        crate::util::set_errno(libc::ENOMEM);
+        return libc::MAP_FAILED;
+    }
+    // SAFETY: forwarding unchanged.
+    unsafe { real::mremap(addr, old, new, flags, naddr) }
+}

@@ -1,0 +1,239 @@
+//! open/openat/creat (and the fortified `__open_2` forms), close, dup, dup2, dup3,
+//! close_range and closefrom.
+
+use crate::ops::{Side, side};
+use crate::session::op;
+use crate::table;
+use crate::util::{Res, cstring, en, errno, guard};
+use crate::{real, routed};
+use engram_core::OpenOptions;
+use libc::{c_char, c_int, c_uint, mode_t};
+
+/// Open a canonical pool path; returns the reserved descriptor.
+pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> Res<c_int> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let mode = if flags & libc::O_CREAT != 0 {
+        mode & 0o7777 & !crate::ops::umask()
+    } else {
+        0
+    };
+    let mut opts = OpenOptions::from_flags(flags, mode);
+    if flags & libc::O_PATH != 0 {
+        opts = OpenOptions::new()
+            .read(true)
+            .nofollow(opts.nofollow)
+            .directory(opts.directory);
+    }
+    // The descriptor reads by offset; appending is the file's own mode.
+    let file = fs.open_file(path, &opts).map_err(en)?;
+    let is_dir = file.metadata().map_err(en)?.is_dir();
+    let mut p = path.to_vec();
+    while p.len() > 1 && p.ends_with(b"/") {
+        p.pop();
+    }
+    table::create(file, &p, is_dir, flags)
+}
+
+/// The body of every open call once the path is known to be ours.
+fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int {
+    guard(-1, || {
+        let _op = op();
+        let follow = flags & libc::O_NOFOLLOW == 0
+            && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
+        match side(r, follow)? {
+            Side::Pool(fs, p) => open_pool(&fs, &p, flags, mode),
+            Side::Real(p) => {
+                // SAFETY: a valid C path; flags and mode as the caller gave them.
+                let fd = unsafe { real::open64(p.as_ptr(), flags, mode) };
+                if fd < 0 { Err(errno()) } else { Ok(fd) }
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::open(path, flags, mode));
+    open_routed(r, flags, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::open64(path, flags, mode));
+    open_routed(r, flags, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    let r = routed!(dirfd, path, real::openat(dirfd, path, flags, mode));
+    open_routed(r, flags, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    let r = routed!(dirfd, path, real::openat64(dirfd, path, flags, mode));
+    open_routed(r, flags, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::__open_2(path, flags));
+    open_routed(r, flags, 0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::__open64_2(path, flags));
+    open_routed(r, flags, 0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let r = routed!(dirfd, path, real::__openat_2(dirfd, path, flags));
+    open_routed(r, flags, 0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let r = routed!(dirfd, path, real::__openat64_2(dirfd, path, flags));
+    open_routed(r, flags, 0)
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::creat(path, mode));
+    open_routed(r, CREAT, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::creat64(path, mode));
+    open_routed(r, CREAT, mode)
+}
+
+/// Open a path of any side for the shim's own use (fopen, opendir): the descriptor.
+///
+/// # Safety
+/// `path` is a valid C string.
+pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's path is a valid C string.
+    let r = unsafe { crate::route::route(dirfd, path) };
+    if let Ok(crate::route::Route::Pass) = r {
+        // SAFETY: forwarding to the real openat.
+        return unsafe { real::openat64(dirfd, path, flags, mode) };
+    }
+    open_routed(r, flags, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if !table::is_ours(fd) {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::close(fd) };
+    }
+    guard(-1, || {
+        let _op = op();
+        drop(table::remove(fd));
+        // SAFETY: closing the placeholder descriptor.
+        let r = unsafe { real::close(fd) };
+        if r < 0 { Err(errno()) } else { Ok(r) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && first <= last {
+        let _op = op();
+        table::remove_range(first, last);
+    }
+    // SAFETY: forwarding unchanged.
+    unsafe { real::close_range(first, last, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if low >= 0 {
+        let _op = op();
+        table::remove_range(low as u32, u32::MAX);
+    }
+    // SAFETY: forwarding unchanged.
+    unsafe { real::closefrom(low) }
+}
+
+/// After the kernel made `new` a copy of `old`: mirror it in the table.
+pub fn mirrored(old: c_int, new: c_int) {
+    if new < 0 {
+        return;
+    }
+    match table::get(old) {
+        Some(of) => {
+            table::install(new, of);
+            if new <= 2 {
+                crate::stdio::adopt_std(new);
+            }
+        }
+        None => drop(table::remove(new)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    if !table::is_ours(fd) {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::dup(fd) };
+    }
+    let _op = op();
+    // SAFETY: duplicating the placeholder reserves the new number.
+    let new = unsafe { real::dup(fd) };
+    mirrored(fd, new);
+    new
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if !table::is_ours(old) && !table::is_ours(new) {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::dup2(old, new) };
+    }
+    let _op = op();
+    // SAFETY: the kernel does the duplication; the table follows.
+    let r = unsafe { real::dup2(old, new) };
+    if r >= 0 && old != new {
+        mirrored(old, r);
+    }
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if !table::is_ours(old) && !table::is_ours(new) {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::dup3(old, new, flags) };
+    }
+    let _op = op();
+    // SAFETY: as dup2.
+    let r = unsafe { real::dup3(old, new, flags) };
+    if r >= 0 {
+        mirrored(old, r);
+    }
+    r
+}
+
+/// A path as a C string for a real call (used by families that re-route).
+pub fn c(p: &[u8]) -> Res<std::ffi::CString> {
+    cstring(p)
+}

@@ -1,0 +1,105 @@
+//! Shared helpers of the call families: turning a routed path into the side that serves it,
+//! and the shapes every export has.
+
+use crate::resolve::{Resolved, resolve};
+use crate::route::Route;
+use crate::session;
+use crate::util::{Res, cstring, errno};
+use engram_core::Fs;
+use libc::c_int;
+use std::ffi::CString;
+
+/// Return at once to libc when a path is not ours; otherwise evaluate to the routed path
+/// (`Res<Route>`). Allocates nothing on the way to libc.
+#[macro_export]
+macro_rules! routed {
+    ($dirfd:expr, $path:expr, $pass:expr) => {{
+        // SAFETY: the caller's path is a valid C string (or null).
+        let r = unsafe { $crate::route::route($dirfd, $path) };
+        if let Ok($crate::route::Route::Pass) = r {
+            // SAFETY: forwarding the caller's arguments unchanged.
+            return unsafe { $pass };
+        }
+        r
+    }};
+}
+
+/// Return at once to libc when a descriptor is not ours; otherwise evaluate to its
+/// `Arc<OpenFile>`.
+#[macro_export]
+macro_rules! ours {
+    ($fd:expr, $pass:expr) => {{
+        match $crate::table::get($fd) {
+            Some(of) => of,
+            // SAFETY: forwarding the caller's arguments unchanged.
+            None => return unsafe { $pass },
+        }
+    }};
+}
+
+/// Who serves a path that was routed to us.
+pub enum Side {
+    /// It resolved outside the pool: libc, with this absolute path.
+    Real(CString),
+    /// A canonical pool path.
+    Pool(Fs, Vec<u8>),
+}
+
+pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
+    let raw = match r? {
+        Route::Ours(raw) => raw,
+        Route::Pass => return Err(libc::EINVAL),
+    };
+    let fs = session::fs()?;
+    Ok(match resolve(&fs, &raw, follow)? {
+        Resolved::Inside(p) => Side::Pool(fs, p),
+        Resolved::Outside(p) => Side::Real(cstring(&p)?),
+    })
+}
+
+/// A libc return value as a result (errno on -1).
+pub fn real_ret<T: PartialEq + From<i8>>(v: T) -> Res<T> {
+    if v == T::from(-1) {
+        Err(errno())
+    } else {
+        Ok(v)
+    }
+}
+
+pub fn ok<T>(r: engram_core::Result<T>) -> Res<c_int> {
+    r.map(|_| 0).map_err(|e| e.errno())
+}
+
+/// The process's umask (read by setting and restoring it).
+pub fn umask() -> u32 {
+    // SAFETY: umask only swaps the process's mask.
+    unsafe {
+        let m = libc::umask(0);
+        libc::umask(m);
+        m
+    }
+}
+
+/// A caller's buffer as a slice (empty for a zero length, whatever the pointer).
+///
+/// # Safety
+/// `p` points to `n` writable bytes when `n > 0`.
+pub unsafe fn buf_mut<'a>(p: *mut libc::c_void, n: usize) -> &'a mut [u8] {
+    if n == 0 || p.is_null() {
+        &mut []
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) }
+    }
+}
+
+/// # Safety
+/// `p` points to `n` readable bytes when `n > 0`.
+pub unsafe fn buf<'a>(p: *const libc::c_void, n: usize) -> &'a [u8] {
+    if n == 0 || p.is_null() {
+        &[]
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { std::slice::from_raw_parts(p as *const u8, n) }
+    }
+}

@@ -1,0 +1,401 @@
+//! Calls that change the namespace: mkdir, rmdir, unlink, rename, link, symlink, readlink,
+//! truncate, mknod. A rename or link from one side of the mount prefix to the other is
+//! EXDEV, as between two file systems.
+
+use crate::ops::{Side, ok, real_ret, side};
+use crate::route::{Route, route};
+use crate::session::op;
+use crate::util::{Res, cbytes, en, guard};
+use crate::{real, routed};
+use libc::{c_char, c_int, c_uint, mode_t, off_t, size_t, ssize_t};
+
+/// One path of a two-path call.
+enum Any {
+    /// Not ours: the caller's arguments.
+    Orig(c_int, *const c_char),
+    Side(Side),
+}
+
+impl Any {
+    fn of(dirfd: c_int, path: *const c_char, r: Res<Route>, follow: bool) -> Res<Any> {
+        Ok(match r {
+            Ok(Route::Pass) => Any::Orig(dirfd, path),
+            r => Any::Side(side(r, follow)?),
+        })
+    }
+
+    /// The arguments for the real call (None for a pool path).
+    fn real(&self) -> Option<(c_int, *const c_char)> {
+        match self {
+            Any::Orig(fd, p) => Some((*fd, *p)),
+            Any::Side(Side::Real(p)) => Some((libc::AT_FDCWD, p.as_ptr())),
+            Any::Side(Side::Pool(..)) => None,
+        }
+    }
+
+    fn pool(&self) -> Option<(&engram_core::Fs, &[u8])> {
+        match self {
+            Any::Side(Side::Pool(fs, p)) => Some((fs, p)),
+            _ => None,
+        }
+    }
+}
+
+/// A two-path call (rename, link): both in the pool, both outside, or EXDEV.
+#[allow(clippy::too_many_arguments)]
+fn two(
+    (fd1, p1): (c_int, *const c_char),
+    (fd2, p2): (c_int, *const c_char),
+    follow1: bool,
+    pool: impl FnOnce(&engram_core::Fs, &[u8], &[u8]) -> Res<c_int>,
+    realf: impl FnOnce((c_int, *const c_char), (c_int, *const c_char)) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's paths are valid C strings.
+    let (r1, r2) = unsafe { (route(fd1, p1), route(fd2, p2)) };
+    if matches!(r1, Ok(Route::Pass)) && matches!(r2, Ok(Route::Pass)) {
+        return realf((fd1, p1), (fd2, p2));
+    }
+    guard(-1, || {
+        let _op = op();
+        let a = Any::of(fd1, p1, r1, follow1)?;
+        let b = Any::of(fd2, p2, r2, false)?;
+        match (a.pool(), b.pool(), a.real(), b.real()) {
+            (Some((fs, x)), Some((_, y)), _, _) => pool(fs, x, y),
+            (_, _, Some(x), Some(y)) => real_ret(realf(x, y)),
+            _ => Err(libc::EXDEV),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
+    // SAFETY: forwarding to renameat with the same paths.
+    unsafe { renameat2(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn renameat(
+    fd1: c_int,
+    from: *const c_char,
+    fd2: c_int,
+    to: *const c_char,
+) -> c_int {
+    // SAFETY: as renameat2 without flags.
+    unsafe { renameat2(fd1, from, fd2, to, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn renameat2(
+    fd1: c_int,
+    from: *const c_char,
+    fd2: c_int,
+    to: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    two(
+        (fd1, from),
+        (fd2, to),
+        false,
+        |fs, a, b| {
+            if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+                return Err(libc::EINVAL);
+            }
+            ok(fs.rename_at(None, a, None, b, flags))
+        },
+        // SAFETY: the real call with the caller's (or resolved) paths.
+        |(f1, a), (f2, b)| unsafe {
+            if flags == 0 {
+                real::renameat(f1, a, f2, b)
+            } else {
+                real::renameat2(f1, a, f2, b, flags)
+            }
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
+    // SAFETY: as linkat without flags.
+    unsafe { linkat(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn linkat(
+    fd1: c_int,
+    from: *const c_char,
+    fd2: c_int,
+    to: *const c_char,
+    flags: c_int,
+) -> c_int {
+    let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+    two(
+        (fd1, from),
+        (fd2, to),
+        follow,
+        |fs, a, b| ok(fs.link_at(None, a, None, b, follow)),
+        // SAFETY: the real call with the caller's (or resolved) paths.
+        |(f1, a), (f2, b)| unsafe {
+            if f1 == libc::AT_FDCWD && f2 == libc::AT_FDCWD && flags == 0 {
+                real::link(a, b)
+            } else {
+                real::linkat(f1, a, f2, b, flags)
+            }
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    // SAFETY: as symlinkat relative to the current directory.
+    unsafe { symlinkat(target, libc::AT_FDCWD, path) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
+    let r = routed!(dirfd, path, real::symlinkat(target, dirfd, path));
+    guard(-1, || {
+        let _op = op();
+        if target.is_null() {
+            return Err(libc::EFAULT);
+        }
+        // SAFETY: the caller's target string.
+        let t = unsafe { cbytes(target) };
+        if t.is_empty() {
+            return Err(libc::ENOENT);
+        }
+        match side(r, false)? {
+            Side::Pool(fs, p) => ok(fs.symlink(t, &p)),
+            Side::Real(p) => {
+                // SAFETY: the real call on the resolved path.
+                real_ret(unsafe { real::symlinkat(target, libc::AT_FDCWD, p.as_ptr()) })
+            }
+        }
+    })
+}
+
+fn readlink_routed(r: Res<Route>, out: *mut c_char, n: size_t) -> ssize_t {
+    guard(-1, || {
+        let _op = op();
+        match side(r, false)? {
+            Side::Pool(fs, p) => {
+                let t = fs.readlink(&p).map_err(en)?;
+                let k = t.len().min(n);
+                // SAFETY: the caller's buffer holds n bytes.
+                unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), out as *mut u8, k) };
+                Ok(k as ssize_t)
+            }
+            // SAFETY: the real call on the resolved path.
+            Side::Real(p) => real_ret(unsafe { real::readlink(p.as_ptr(), out, n) }),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readlink(path: *const c_char, out: *mut c_char, n: size_t) -> ssize_t {
+    let r = routed!(libc::AT_FDCWD, path, real::readlink(path, out, n));
+    readlink_routed(r, out, n)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut c_char,
+    n: size_t,
+) -> ssize_t {
+    let r = routed!(dirfd, path, real::readlinkat(dirfd, path, out, n));
+    readlink_routed(r, out, n)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __readlink_chk(
+    path: *const c_char,
+    out: *mut c_char,
+    n: size_t,
+    len: size_t,
+) -> ssize_t {
+    if n > len {
+        std::process::abort();
+    }
+    // SAFETY: same contract as readlink.
+    unsafe { readlink(path, out, n) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __readlinkat_chk(
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut c_char,
+    n: size_t,
+    len: size_t,
+) -> ssize_t {
+    if n > len {
+        std::process::abort();
+    }
+    // SAFETY: same contract as readlinkat.
+    unsafe { readlinkat(dirfd, path, out, n) }
+}
+
+fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
+    guard(-1, || {
+        let _op = op();
+        match side(r, false)? {
+            Side::Pool(fs, p) => ok(fs.mkdir(&p, mode & 0o7777 & !crate::ops::umask())),
+            // SAFETY: the real call on the resolved path.
+            Side::Real(p) => real_ret(unsafe { real::mkdir(p.as_ptr(), mode) }),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::mkdir(path, mode));
+    mkdir_routed(r, mode)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    let r = routed!(dirfd, path, real::mkdirat(dirfd, path, mode));
+    mkdir_routed(r, mode)
+}
+
+fn unlink_routed(r: Res<Route>, dir: bool) -> c_int {
+    guard(-1, || {
+        let _op = op();
+        match side(r, false)? {
+            Side::Pool(fs, p) => ok(fs.unlink_at(None, &p, dir)),
+            // SAFETY: the real call on the resolved path.
+            Side::Real(p) => real_ret(unsafe {
+                real::unlinkat(
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    if dir { libc::AT_REMOVEDIR } else { 0 },
+                )
+            }),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::unlink(path));
+    unlink_routed(r, false)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::rmdir(path));
+    unlink_routed(r, true)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let r = routed!(dirfd, path, real::unlinkat(dirfd, path, flags));
+    unlink_routed(r, flags & libc::AT_REMOVEDIR != 0)
+}
+
+/// remove(3): glibc's calls unlink/rmdir internally, so it is served here.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::remove(path));
+    guard(-1, || {
+        let _op = op();
+        match side(r, false)? {
+            Side::Pool(fs, p) => {
+                let dir = fs.lstat(&p).map_err(en)?.is_dir();
+                ok(fs.unlink_at(None, &p, dir))
+            }
+            // SAFETY: the real call on the resolved path.
+            Side::Real(p) => real_ret(unsafe { real::remove(p.as_ptr()) }),
+        }
+    })
+}
+
+fn truncate_routed(r: Res<Route>, len: off_t) -> c_int {
+    guard(-1, || {
+        let _op = op();
+        if len < 0 {
+            return Err(libc::EINVAL);
+        }
+        match side(r, true)? {
+            Side::Pool(fs, p) => ok(fs.truncate(&p, len as u64)),
+            // SAFETY: the real call on the resolved path.
+            Side::Real(p) => real_ret(unsafe { real::truncate64(p.as_ptr(), len) }),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::truncate(path, len));
+    truncate_routed(r, len)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::truncate64(path, len));
+    truncate_routed(r, len)
+}
+
+/// Special files (devices, FIFOs, sockets) do not exist in EngramFS.
+fn mknod_routed(r: Res<Route>, mode: mode_t, dev: libc::dev_t) -> c_int {
+    guard(-1, || {
+        let _op = op();
+        match side(r, false)? {
+            Side::Pool(fs, p) => {
+                if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
+                    let f = fs
+                        .open_file(
+                            &p,
+                            &engram_core::OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .mode(mode & 0o7777 & !crate::ops::umask()),
+                        )
+                        .map_err(en)?;
+                    drop(f);
+                    return Ok(0);
+                }
+                if fs.lstat(&p).is_ok() {
+                    return Err(libc::EEXIST);
+                }
+                Err(libc::EPERM)
+            }
+            // SAFETY: the real call on the resolved path.
+            Side::Real(p) => real_ret(unsafe { real::mknod(p.as_ptr(), mode, dev) }),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::mknod(path, mode, dev));
+    mknod_routed(r, mode, dev)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mknodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    let r = routed!(dirfd, path, real::mknodat(dirfd, path, mode, dev));
+    mknod_routed(r, mode, dev)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
+    let r = routed!(libc::AT_FDCWD, path, real::mkfifo(path, mode));
+    mknod_routed(r, mode | libc::S_IFIFO, 0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    let r = routed!(dirfd, path, real::mkfifoat(dirfd, path, mode));
+    mknod_routed(r, mode | libc::S_IFIFO, 0)
+}

@@ -1,0 +1,201 @@
+//! Processes: fork handlers (a child reconnects to the daemon on first use and reopens its
+//! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
+//! and exec: descriptors survive as memfds (see `table`), the virtual current directory as
+//! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged).
+
+use crate::real;
+use crate::route::{set_virtual_cwd, virtual_cwd};
+use libc::{c_char, c_int, pid_t};
+use std::ffi::CString;
+use std::sync::Mutex;
+
+const CWD_VAR: &[u8] = b"ENGRAM_CWD";
+
+extern "C" fn prepare() {
+    crate::session::before_fork();
+}
+
+extern "C" fn parent() {
+    crate::session::after_fork_parent();
+}
+
+extern "C" fn child() {
+    crate::session::after_fork_child();
+}
+
+pub fn register_fork_handlers() {
+    // SAFETY: registering plain extern "C" handlers.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    // SAFETY: fork is a valid implementation of vfork.
+    unsafe { real::fork() }
+}
+
+/// The identity of the real current directory, which an inherited virtual one is tied to.
+fn real_cwd_id() -> Option<(u64, u64)> {
+    // SAFETY: stat of "." into a local buffer with the real call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { real::stat(c".".as_ptr(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// The value for ENGRAM_CWD, if the current directory is virtual.
+static EXPORTED: Mutex<Option<CString>> = Mutex::new(None);
+
+fn cwd_entry() -> Option<CString> {
+    EXPORTED.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Keep ENGRAM_CWD in the environment in step with the virtual current directory.
+pub fn export_cwd() {
+    let v = virtual_cwd().and_then(|p| {
+        let (dev, ino) = real_cwd_id()?;
+        let mut s = format!("{dev}:{ino}:").into_bytes();
+        s.extend_from_slice(&p);
+        CString::new(s).ok()
+    });
+    let mut g = EXPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: setenv/unsetenv with NUL-terminated strings.
+    unsafe {
+        match &v {
+            Some(val) => libc::setenv(c"ENGRAM_CWD".as_ptr(), val.as_ptr(), 1),
+            None => libc::unsetenv(c"ENGRAM_CWD".as_ptr()),
+        };
+    }
+    *g = v.map(|val| {
+        let mut e = CWD_VAR.to_vec();
+        e.push(b'=');
+        e.extend_from_slice(val.as_bytes());
+        CString::new(e).expect("no NUL")
+    });
+}
+
+/// At start-up: take over a virtual current directory from the image that exec'd us.
+pub fn import_cwd() {
+    // SAFETY: getenv with a NUL-terminated name; the value is copied at once.
+    let p = unsafe { libc::getenv(c"ENGRAM_CWD".as_ptr()) };
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: a valid C string from getenv.
+    let v = unsafe { crate::util::cbytes(p) }.to_vec();
+    let mut parts = v.splitn(3, |&b| b == b':');
+    let (Some(dev), Some(ino), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+        return;
+    };
+    let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+    if path.first() == Some(&b'/') && real_cwd_id() == num(dev).zip(num(ino)) {
+        set_virtual_cwd(Some(path.to_vec()));
+    } else {
+        // SAFETY: unsetenv with a NUL-terminated name.
+        unsafe { libc::unsetenv(c"ENGRAM_CWD".as_ptr()) };
+    }
+}
+
+/// `envp` with ENGRAM_CWD replaced by this process's (or removed).
+///
+/// # Safety
+/// `envp` is null or a NULL-terminated array of C strings.
+unsafe fn fixed_env(envp: *const *const c_char, own: &Option<CString>) -> Vec<*const c_char> {
+    let mut v = Vec::new();
+    if !envp.is_null() {
+        let mut i = 0;
+        loop {
+            // SAFETY: walking the caller's NULL-terminated array.
+            let e = unsafe { *envp.add(i) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: each entry is a C string.
+            let b = unsafe { crate::util::cbytes(e) };
+            if !(b.starts_with(CWD_VAR) && b.get(CWD_VAR.len()) == Some(&b'=')) {
+                v.push(e);
+            }
+            i += 1;
+        }
+    }
+    if let Some(c) = own {
+        v.push(c.as_ptr());
+    }
+    v.push(std::ptr::null());
+    v
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let own = cwd_entry();
+    // SAFETY: the caller's environment array.
+    let env = unsafe { fixed_env(envp, &own) };
+    // SAFETY: the real execve with the caller's path and arguments.
+    unsafe { real::execve(path, argv, env.as_ptr()) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let own = cwd_entry();
+    // SAFETY: the caller's environment array.
+    let env = unsafe { fixed_env(envp, &own) };
+    // SAFETY: the real execvpe with the caller's file and arguments.
+    unsafe { real::execvpe(file, argv, env.as_ptr()) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    if crate::table::is_ours(fd) {
+        // The kernel cannot execute a file it does not see.
+        crate::util::set_errno(libc::ENOEXEC);
+        return -1;
+    }
+    let own = cwd_entry();
+    // SAFETY: the caller's environment array.
+    let env = unsafe { fixed_env(envp, &own) };
+    // SAFETY: the real fexecve.
+    unsafe { real::fexecve(fd, argv, env.as_ptr()) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    fa: *const libc::c_void,
+    at: *const libc::c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let own = cwd_entry();
+    // SAFETY: the caller's environment array.
+    let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
+    // SAFETY: the real posix_spawn with the caller's arguments.
+    unsafe { real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    path: *const c_char,
+    fa: *const libc::c_void,
+    at: *const libc::c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let own = cwd_entry();
+    // SAFETY: the caller's environment array.
+    let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
+    // SAFETY: the real posix_spawnp with the caller's arguments.
+    unsafe { real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+}

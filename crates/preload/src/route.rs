@@ -1,0 +1,354 @@
+//! Which side a path belongs to: the mount prefix (`ENGRAM_MOUNT`, default `/mnt/engram`)
+//! routes to EngramFS, everything else to libc. Deciding that allocates nothing and takes no
+//! lock unless the path is ours (or the current directory is a virtual one inside the pool).
+
+use crate::table;
+use crate::util::{Res, cbytes};
+use libc::{c_char, c_int};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+pub use engram_run::{DEFAULT_MOUNT, DEFAULT_POOL};
+
+pub struct Config {
+    /// The mount prefix, absolute, without a trailing slash.
+    pub mount: Vec<u8>,
+    /// `ENGRAM_SOCKET`: the daemon to connect to (else the pool is opened in-process).
+    pub socket: Option<PathBuf>,
+    /// `ENGRAM_POOL`: the pool to open in-process.
+    pub pool: PathBuf,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+fn env(name: &[u8]) -> Option<Vec<u8>> {
+    // SAFETY: getenv with a NUL-terminated name; the value is copied at once.
+    let p = unsafe { libc::getenv(name.as_ptr() as *const c_char) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getenv returned a valid C string.
+    let v = unsafe { cbytes(p) }.to_vec();
+    (!v.is_empty()).then_some(v)
+}
+
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        use std::os::unix::ffi::OsStringExt;
+        let mut mount = env(b"ENGRAM_MOUNT\0").unwrap_or_else(|| DEFAULT_MOUNT.into());
+        while mount.len() > 1 && mount.ends_with(b"/") {
+            mount.pop();
+        }
+        if !mount.starts_with(b"/") || mount == b"/" {
+            crate::util::warn(
+                "ENGRAM_MOUNT must be an absolute directory other than /; using /mnt/engram",
+            );
+            mount = DEFAULT_MOUNT.into();
+        }
+        let path = |v: Vec<u8>| PathBuf::from(std::ffi::OsString::from_vec(v));
+        Config {
+            mount,
+            socket: env(b"ENGRAM_SOCKET\0").map(path),
+            pool: path(env(b"ENGRAM_POOL\0").unwrap_or_else(|| DEFAULT_POOL.into())),
+        }
+    })
+}
+
+/// The components of a path, skipping empty ones and ".", with the index where each ends.
+fn next_comp(p: &[u8], mut i: usize) -> Option<(usize, usize)> {
+    loop {
+        while i < p.len() && p[i] == b'/' {
+            i += 1;
+        }
+        if i >= p.len() {
+            return None;
+        }
+        let start = i;
+        while i < p.len() && p[i] != b'/' {
+            i += 1;
+        }
+        if &p[start..i] != b"." {
+            return Some((start, i));
+        }
+    }
+}
+
+/// If absolute `path` lies under the mount prefix (component by component), the rest of it
+/// (empty, or starting with '/').
+pub fn strip_mount(path: &[u8]) -> Option<&[u8]> {
+    strip_prefix(&config().mount, path)
+}
+
+fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    let (mut i, mut j) = (0, 0);
+    while let Some((ms, me)) = next_comp(prefix, i) {
+        let (ps, pe) = next_comp(path, j)?;
+        if prefix[ms..me] != path[ps..pe] {
+            return None;
+        }
+        i = me;
+        j = pe;
+    }
+    Some(&path[j..])
+}
+
+/// Join and normalise lexically ("." and ".." removed) into `out`; returns the length.
+fn lexical(parts: &[&[u8]], out: &mut [u8]) -> Option<usize> {
+    let mut len = 0;
+    for part in parts {
+        let mut i = 0;
+        while let Some((s, e)) = next_comp(part, i) {
+            i = e;
+            let c = &part[s..e];
+            if c == b".." {
+                while len > 0 && out[len - 1] != b'/' {
+                    len -= 1;
+                }
+                len = len.saturating_sub(1);
+                continue;
+            }
+            if len + 1 + c.len() > out.len() {
+                return None;
+            }
+            out[len] = b'/';
+            out[len + 1..len + 1 + c.len()].copy_from_slice(c);
+            len += 1 + c.len();
+        }
+    }
+    if len == 0 {
+        out[0] = b'/';
+        len = 1;
+    }
+    Some(len)
+}
+
+/// `path` joined to the parent directory of the mount prefix, normalised (where a ".."
+/// above the pool's root leads).
+pub fn outside(rest: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; config().mount.len() + rest.len() + 8];
+    let n = lexical(&[&config().mount, b"..", rest], &mut buf).unwrap_or(1);
+    buf.truncate(n);
+    buf
+}
+
+fn has_dotdot(p: &[u8]) -> bool {
+    p.split(|&b| b == b'/').any(|c| c == b"..")
+}
+
+// ------------------------------------------------------------------ current directory
+
+/// Set while the current directory is a directory of the pool (then the real one is left
+/// where it was and relative paths resolve against this one).
+static VCWD_SET: AtomicBool = AtomicBool::new(false);
+static VCWD: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+pub fn virtual_cwd() -> Option<Vec<u8>> {
+    if !VCWD_SET.load(Ordering::Acquire) {
+        return None;
+    }
+    let g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
+    VCWD_SET.load(Ordering::Acquire).then(|| g.clone())
+}
+
+/// Make `pool_path` (canonical, inside the pool) the current directory, or leave the pool.
+pub fn set_virtual_cwd(pool_path: Option<Vec<u8>>) {
+    let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
+    match pool_path {
+        Some(p) => {
+            *g = p;
+            VCWD_SET.store(true, Ordering::Release);
+        }
+        None => {
+            g.clear();
+            VCWD_SET.store(false, Ordering::Release);
+        }
+    }
+    drop(g);
+    crate::process::export_cwd();
+}
+
+/// A copy of the real current directory (a seqlock over words), kept so that a relative path
+/// such as "engram/f" from /mnt is recognised without allocating.
+const RCWD_WORDS: usize = 512;
+static RCWD: [AtomicU64; RCWD_WORDS] = [const { AtomicU64::new(0) }; RCWD_WORDS];
+static RCWD_LEN: AtomicUsize = AtomicUsize::new(0);
+static RCWD_SEQ: AtomicU32 = AtomicU32::new(0);
+/// Whether the real current directory is an ancestor of the mount prefix.
+static RCWD_NEAR: AtomicBool = AtomicBool::new(false);
+
+/// Refresh the copy of the real current directory (after chdir, fchdir and at start).
+pub fn refresh_real_cwd() {
+    let mut buf = [0u8; RCWD_WORDS * 8];
+    // SAFETY: getcwd into a local buffer of the given size.
+    let p = unsafe { crate::real::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };
+    if p.is_null() {
+        RCWD_LEN.store(0, Ordering::Release);
+        RCWD_NEAR.store(false, Ordering::Release);
+        return;
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    // Writers (chdir calls) are rare; an odd sequence number marks an update in progress.
+    let mut s = RCWD_SEQ.load(Ordering::Relaxed);
+    loop {
+        if s & 1 == 0
+            && let Ok(_) =
+                RCWD_SEQ.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+        {
+            break;
+        }
+        std::hint::spin_loop();
+        s = RCWD_SEQ.load(Ordering::Relaxed);
+    }
+    for (i, w) in RCWD.iter().enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+        w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+    }
+    RCWD_LEN.store(len, Ordering::Relaxed);
+    let near = strip_prefix(&buf[..len], &config().mount).is_some();
+    RCWD_NEAR.store(near, Ordering::Relaxed);
+    RCWD_SEQ.store(s + 2, Ordering::Release);
+}
+
+/// Copy the real current directory into `out`; returns its length (0 if unknown).
+fn real_cwd(out: &mut [u8; RCWD_WORDS * 8]) -> usize {
+    loop {
+        let s = RCWD_SEQ.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        for (i, w) in RCWD.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let len = RCWD_LEN.load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        if RCWD_SEQ.load(Ordering::Relaxed) == s {
+            return len.min(out.len());
+        }
+    }
+}
+
+// ------------------------------------------------------------------ routing
+
+/// Where a path goes.
+pub enum Route {
+    /// To libc, unchanged.
+    Pass,
+    /// To EngramFS: a path from the pool's root, not yet resolved (may hold "..", symlinks).
+    Ours(Vec<u8>),
+}
+
+fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(base.len() + rel.len() + 1);
+    v.extend_from_slice(base);
+    if !v.ends_with(b"/") {
+        v.push(b'/');
+    }
+    v.extend_from_slice(rel);
+    v
+}
+
+/// Route `path` relative to `dirfd` (AT_FDCWD or a descriptor). The caller handles an empty
+/// path with AT_EMPTY_PATH itself; here an empty path is ENOENT on our side.
+///
+/// # Safety
+/// `path` is null or a valid C string.
+pub unsafe fn route(dirfd: c_int, path: *const c_char) -> Res<Route> {
+    if path.is_null() {
+        return Ok(Route::Pass);
+    }
+    // SAFETY: the caller passes a valid C string.
+    let p = unsafe { cbytes(path) };
+    route_bytes(dirfd, p)
+}
+
+pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route> {
+    if p.first() == Some(&b'/') {
+        return Ok(match strip_mount(p) {
+            Some(rest) => Route::Ours(if rest.is_empty() {
+                b"/".to_vec()
+            } else {
+                rest.to_vec()
+            }),
+            None => Route::Pass,
+        });
+    }
+    if dirfd != libc::AT_FDCWD {
+        if !table::is_ours(dirfd) {
+            return Ok(Route::Pass);
+        }
+        let of = table::get(dirfd).ok_or(libc::EBADF)?;
+        if p.is_empty() {
+            return Err(libc::ENOENT);
+        }
+        if !of.is_dir() {
+            return Err(libc::ENOTDIR);
+        }
+        return Ok(Route::Ours(join(of.path(), p)));
+    }
+    if VCWD_SET.load(Ordering::Acquire) {
+        if let Some(cwd) = virtual_cwd() {
+            if p.is_empty() {
+                return Err(libc::ENOENT);
+            }
+            return Ok(Route::Ours(join(&cwd, p)));
+        }
+        return Ok(Route::Pass);
+    }
+    if p.is_empty() || (!RCWD_NEAR.load(Ordering::Relaxed) && !has_dotdot(p)) {
+        return Ok(Route::Pass);
+    }
+    let mut cwd = [0u8; RCWD_WORDS * 8];
+    let n = real_cwd(&mut cwd);
+    if n == 0 {
+        return Ok(Route::Pass);
+    }
+    let mut buf = [0u8; RCWD_WORDS * 8 * 2];
+    let Some(len) = lexical(&[&cwd[..n], p], &mut buf) else {
+        return Ok(Route::Pass);
+    };
+    Ok(match strip_mount(&buf[..len]) {
+        Some([]) => Route::Ours(b"/".to_vec()),
+        Some(rest) => Route::Ours(rest.to_vec()),
+        None => Route::Pass,
+    })
+}
+
+/// The absolute name, in the process's view, of a pool path.
+pub fn mounted(pool_path: &[u8]) -> Vec<u8> {
+    let mut v = config().mount.clone();
+    if pool_path != b"/" {
+        v.extend_from_slice(pool_path);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_matching_is_by_component() {
+        let m = b"/mnt/engram";
+        assert_eq!(strip_prefix(m, b"/mnt/engram"), Some(&b""[..]));
+        assert_eq!(strip_prefix(m, b"/mnt/engram/a/b"), Some(&b"/a/b"[..]));
+        assert_eq!(strip_prefix(m, b"//mnt/./engram//a"), Some(&b"//a"[..]));
+        assert_eq!(strip_prefix(m, b"/mnt/engramx/a"), None);
+        assert_eq!(strip_prefix(m, b"/mnt"), None);
+        assert_eq!(strip_prefix(m, b"mnt/engram"), None);
+    }
+
+    #[test]
+    fn lexical_join() {
+        let mut b = [0u8; 64];
+        let n = lexical(&[b"/work/x", b"../../mnt/engram/f"], &mut b).unwrap();
+        assert_eq!(&b[..n], b"/mnt/engram/f");
+        let n = lexical(&[b"/", b".."], &mut b).unwrap();
+        assert_eq!(&b[..n], b"/");
+    }
+}

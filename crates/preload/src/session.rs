@@ -1,0 +1,230 @@
+//! The connection to the pool: through an `engram serve` daemon (`ENGRAM_SOCKET`), or the
+//! pool opened in this process (`ENGRAM_POOL`), made lazily on the first call under the
+//! mount prefix. After `fork` a child makes its own connection; the parent's is forgotten,
+//! never used or dropped, in the child.
+
+use crate::route::config;
+use crate::util::{ReadGuard, Res, SpinRw, warn};
+use engram_core::{Fs, Options};
+use libc::c_int;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bumped in the child of every `fork`: state made under an older generation belongs to
+/// the parent.
+static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+
+/// Held (read side) by every operation on EngramFS; `fork` takes the write side so that no
+/// other thread is inside EngramFS code (holding its locks) when the process is copied.
+static OPS: SpinRw = SpinRw::new();
+
+pub fn op() -> ReadGuard<'static> {
+    OPS.read()
+}
+
+pub fn generation() -> u64 {
+    FORK_GEN.load(Ordering::Acquire)
+}
+
+pub fn before_fork() {
+    OPS.write_lock();
+    crate::table::lock_for_fork();
+}
+
+pub fn after_fork_parent() {
+    crate::table::unlock_after_fork();
+    OPS.write_unlock();
+}
+
+pub fn after_fork_child() {
+    FORK_GEN.fetch_add(1, Ordering::AcqRel);
+    crate::table::unlock_after_fork();
+    OPS.write_unlock();
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    None,
+    Daemon,
+    InProcess,
+}
+
+struct State {
+    fs: Option<Fs>,
+    epoch: u64,
+    failed: Option<c_int>,
+    mode: Mode,
+    /// The daemon connection's socket descriptor (closed in a forked child).
+    sock_fd: c_int,
+    pool_id: u64,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    fs: None,
+    epoch: 0,
+    failed: None,
+    mode: Mode::None,
+    sock_fd: -1,
+    pool_id: 0,
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The pool, connecting (or reconnecting after fork) if needed.
+pub fn fs() -> Res<Fs> {
+    let epoch = generation();
+    let mut s = state();
+    if s.epoch != epoch {
+        forget_parent(&mut s, epoch);
+    }
+    if let Some(fs) = &s.fs {
+        return Ok(fs.clone());
+    }
+    if let Some(e) = s.failed {
+        return Err(e);
+    }
+    match crate::util::with_low_fds_taken(|| connect(&mut s)) {
+        Ok(fs) => {
+            s.fs = Some(fs.clone());
+            Ok(fs)
+        }
+        Err((e, msg)) => {
+            warn(&format!(
+                "{msg}; calls under {} fail with: {}",
+                String::from_utf8_lossy(&config().mount),
+                std::io::Error::from_raw_os_error(e)
+            ));
+            s.failed = Some(e);
+            Err(e)
+        }
+    }
+}
+
+/// A stable number naming the pool (for the lock and mapping files shared by processes).
+pub fn pool_id() -> u64 {
+    state().pool_id
+}
+
+/// In a forked child: the parent's connection must be neither used nor dropped (dropping
+/// would send its requests from this process).
+fn forget_parent(s: &mut State, epoch: u64) {
+    s.epoch = epoch;
+    if let Some(old) = s.fs.take() {
+        std::mem::forget(old);
+    }
+    match s.mode {
+        Mode::Daemon => {
+            if s.sock_fd >= 0 {
+                // SAFETY: closing our copy of the parent's daemon socket.
+                unsafe { crate::real::close(s.sock_fd) };
+                s.sock_fd = -1;
+            }
+            s.failed = None;
+        }
+        Mode::InProcess => {
+            warn(
+                "the pool is open in the parent process (no daemon): a forked child cannot use it; \
+                 run the program under `engram run` (or ENGRAM_SOCKET) to share the pool",
+            );
+            s.failed = Some(libc::EIO);
+        }
+        Mode::None => {}
+    }
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
+    let cfg = config();
+    if let Some(sock) = &cfg.socket {
+        let fs = Fs::connect(sock).map_err(|e| {
+            (
+                e.errno(),
+                e.message().map_or_else(|| e.to_string(), str::to_string),
+            )
+        })?;
+        s.mode = Mode::Daemon;
+        s.sock_fd = find_socket_fd(sock);
+        s.pool_id = fs
+            .remote()
+            .map(|r| fnv(&r.hello.pool_path))
+            .unwrap_or_default();
+        return Ok(fs);
+    }
+    let fs = Fs::open(&cfg.pool, &Options::default()).map_err(|e| {
+        let hint = if e.errno() == libc::EBUSY {
+            " (another process has it open: run programs that share a pool under `engram run`, \
+             or set ENGRAM_SOCKET to an `engram serve` socket)"
+        } else {
+            ""
+        };
+        let what = match e.message() {
+            Some(m) => m.to_string(),
+            None => format!("cannot open pool {}: {e}", cfg.pool.display()),
+        };
+        (e.errno(), format!("{what}{hint}"))
+    })?;
+    s.mode = Mode::InProcess;
+    let canon = std::fs::canonicalize(&cfg.pool).unwrap_or_else(|_| cfg.pool.clone());
+    s.pool_id = fnv(canon.as_os_str().as_encoded_bytes());
+    Ok(fs)
+}
+
+/// The descriptor of the socket connected to `path` (the daemon connection just made).
+fn find_socket_fd(path: &std::path::Path) -> c_int {
+    let want = path.as_os_str().as_encoded_bytes();
+    for fd in (0..1024).rev() {
+        // SAFETY: fstat into a local buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { crate::real::fstat(fd, &mut st) } != 0
+            || st.st_mode & libc::S_IFMT != libc::S_IFSOCK
+        {
+            continue;
+        }
+        // SAFETY: getpeername into a local sockaddr_un of the length given.
+        let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: as above.
+        let r =
+            unsafe { libc::getpeername(fd, &mut sa as *mut _ as *mut libc::sockaddr, &mut len) };
+        if r != 0 {
+            continue;
+        }
+        let name: Vec<u8> = sa
+            .sun_path
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        if name == want {
+            return fd;
+        }
+    }
+    -1
+}
+
+/// At exit, unmount a pool this process opened itself (cleanly: no recovery next time).
+pub fn shutdown() {
+    let epoch = generation();
+    let mut s = state();
+    if s.epoch != epoch || s.mode != Mode::InProcess || s.fs.is_none() {
+        return;
+    }
+    drop(s);
+    // Buffered stdio output to our files goes out first.
+    // SAFETY: fflush(NULL) flushes every stream.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    crate::table::clear_all();
+    s = state();
+    if let Some(fs) = s.fs.take() {
+        let _ = fs.unmount();
+    }
+    s.failed = Some(libc::EIO);
+}

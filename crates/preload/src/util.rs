@@ -1,0 +1,197 @@
+//! Small pieces every call family uses: errno, the panic guard, a fork-safe lock and C
+//! string helpers.
+
+use libc::{c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What a shim operation returns: a value, or the errno to fail with.
+pub type Res<T> = Result<T, c_int>;
+
+pub fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+pub fn errno() -> c_int {
+    // SAFETY: as above, read-only.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Run `f`, turning its error or any panic into `errno` and the C failure value `fail`.
+/// A panic must never unwind into C.
+pub fn guard<R>(fail: R, f: impl FnOnce() -> Res<R>) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            set_errno(e);
+            fail
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            fail
+        }
+    }
+}
+
+/// Like `guard`, for calls that report failure as a returned errno (posix_fallocate).
+pub fn guard_errno(f: impl FnOnce() -> Res<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => e,
+        Err(_) => libc::EIO,
+    }
+}
+
+/// The errno of an EngramFS error.
+pub fn en(e: engram_core::Error) -> c_int {
+    e.errno()
+}
+
+/// The bytes of a C string (without the NUL). The caller vouches that `p` is valid.
+pub unsafe fn cbytes<'a>(p: *const c_char) -> &'a [u8] {
+    // SAFETY: the caller passes a valid NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes()
+}
+
+/// `v` as a NUL-terminated C string (EINVAL if it holds a NUL).
+pub fn cstring(v: &[u8]) -> Res<std::ffi::CString> {
+    std::ffi::CString::new(v).map_err(|_| libc::EINVAL)
+}
+
+/// A readers–writer spin lock with no owner, so that `fork` handlers can take it in the
+/// parent and release it in both processes. Readers never wait for a waiting writer, so a
+/// thread may take the read side again while holding it.
+pub struct SpinRw(AtomicU32);
+
+const WRITER: u32 = 1 << 31;
+
+impl Default for SpinRw {
+    fn default() -> SpinRw {
+        SpinRw::new()
+    }
+}
+
+impl SpinRw {
+    pub const fn new() -> SpinRw {
+        SpinRw(AtomicU32::new(0))
+    }
+
+    pub fn read(&self) -> ReadGuard<'_> {
+        let mut spins = 0u32;
+        loop {
+            let s = self.0.load(Ordering::Relaxed);
+            if s & WRITER == 0
+                && self
+                    .0
+                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return ReadGuard(self);
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Take the write side; release it with `write_unlock`.
+    pub fn write_lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .0
+            .compare_exchange_weak(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            backoff(&mut spins);
+        }
+    }
+
+    pub fn write_unlock(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+
+    pub fn write(&self) -> WriteGuard<'_> {
+        self.write_lock();
+        WriteGuard(self)
+    }
+}
+
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+pub struct ReadGuard<'a>(&'a SpinRw);
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+pub struct WriteGuard<'a>(&'a SpinRw);
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.0.write_unlock();
+    }
+}
+
+/// Write a message to stderr with the real `write` (the shim may own descriptor 2).
+pub fn warn(msg: &str) {
+    let line = format!("engram-preload: {msg}\n");
+    // SAFETY: writing a local buffer to descriptor 2.
+    unsafe { crate::real::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+}
+
+/// Descriptors below this are left to the program (shells use 3–9 and 10+ freely): the
+/// shim's own descriptors are kept at or above it.
+pub const HIGH_FD: c_int = 64;
+
+/// Move one of the shim's own descriptors to `HIGH_FD` or above (close-on-exec).
+pub fn move_high(fd: c_int) -> c_int {
+    if !(0..HIGH_FD).contains(&fd) {
+        return fd;
+    }
+    // SAFETY: duplicating and closing our own descriptor with the real calls.
+    unsafe {
+        let hi = crate::real::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD as libc::c_ulong);
+        if hi < 0 {
+            return fd;
+        }
+        crate::real::close(fd);
+        hi
+    }
+}
+
+/// Run `f` (which opens descriptors the shim keeps, inside EngramFS code that cannot be told
+/// where to put them) with every free descriptor below `HIGH_FD` taken, so that what it
+/// opens lands above.
+pub fn with_low_fds_taken<T>(f: impl FnOnce() -> T) -> T {
+    let mut fillers = [-1 as c_int; HIGH_FD as usize];
+    for (fd, slot) in fillers.iter_mut().enumerate() {
+        // SAFETY: probing and filling descriptor numbers with the real calls.
+        unsafe {
+            if crate::real::fcntl(fd as c_int, libc::F_GETFD, 0) >= 0 {
+                continue;
+            }
+            let f = crate::real::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
+            if f < 0 {
+                break;
+            }
+            *slot = f;
+        }
+    }
+    let r = f();
+    for fd in fillers {
+        if fd >= 0 {
+            // SAFETY: closing the fillers we opened.
+            unsafe { crate::real::close(fd) };
+        }
+    }
+    r
+}

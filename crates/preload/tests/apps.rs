@@ -1,0 +1,182 @@
+//! python3 and sqlite3 on EngramFS through the shim.
+
+mod common;
+
+use common::{Pool, have, make_tree, output};
+use std::time::Duration;
+
+const PY: &str = r#"
+import os, shutil, hashlib, fcntl, errno, subprocess, sys
+M = '/mnt/engram'
+root = M + '/py'
+os.makedirs(root + '/d/e')
+with open(root + '/d/f.txt', 'w') as f:
+    f.write('hello\n' * 1000)
+with open(root + '/d/f.txt') as f:
+    assert f.read() == 'hello\n' * 1000
+with open(root + '/d/f.txt', 'a') as f:
+    f.write('tail')
+with open(root + '/d/f.txt', 'rb') as f:
+    f.seek(-4, 2)
+    assert f.read() == b'tail'
+assert sorted(os.listdir(root + '/d')) == ['e', 'f.txt']
+walk = [(p, sorted(d), sorted(f)) for p, d, f in os.walk(root)]
+assert walk == [(root, ['d'], []), (root + '/d', ['e'], ['f.txt']), (root + '/d/e', [], [])], walk
+assert [e.name for e in os.scandir(root)] == ['d']
+
+def digest(top):
+    out = {}
+    for p, _, files in os.walk(top):
+        for n in files:
+            q = os.path.join(p, n)
+            out[os.path.relpath(q, top)] = os.readlink(q) if os.path.islink(q) else hashlib.sha256(open(q, 'rb').read()).hexdigest()
+    return out
+
+src = sys.argv[1]
+shutil.copytree(src, root + '/tree', symlinks=True)
+shutil.copytree(root + '/tree', src + '.back', symlinks=True)
+assert digest(src) == digest(root + '/tree') == digest(src + '.back')
+assert os.stat(root + '/d/f.txt').st_size == 6004
+
+# descriptors: dup2, fcntl flags, locks, fork shares the offset
+fd = os.open(root + '/o', os.O_RDWR | os.O_CREAT, 0o600)
+assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR
+os.write(fd, b'abc')
+fd2 = os.dup(fd)
+os.dup2(fd, 30)
+os.write(30, b'def')
+assert os.lseek(fd2, 0, os.SEEK_CUR) == 6
+fcntl.lockf(fd, fcntl.LOCK_EX)
+fcntl.flock(fd, fcntl.LOCK_SH)
+pid = os.fork()
+if pid == 0:
+    os.write(fd, b'child')
+    os._exit(0)
+os.waitpid(pid, 0)
+assert os.lseek(fd, 0, os.SEEK_CUR) == 11
+os.write(fd, b'!')
+os.lseek(fd, 0, 0)
+assert os.read(fd, 100) == b'abcdefchild!'
+for x in (fd, fd2, 30):
+    os.close(x)
+# a child process writes through an inherited descriptor
+with open(root + '/sub.txt', 'w') as f:
+    subprocess.run(['/bin/echo', 'from child'], stdout=f, check=True)
+assert open(root + '/sub.txt').read() == 'from child\n'
+out = subprocess.run(['cat', root + '/sub.txt'], capture_output=True, check=True).stdout
+assert out == b'from child\n'
+# crossing the mount boundary
+try:
+    os.rename(root + '/sub.txt', src + '/x')
+    raise AssertionError('rename across the boundary worked')
+except OSError as e:
+    assert e.errno == errno.EXDEV
+try:
+    os.link(src + '/a/hello.txt', root + '/x')
+    raise AssertionError('link across the boundary worked')
+except OSError as e:
+    assert e.errno == errno.EXDEV
+os.chdir(root)
+assert os.getcwd() == root
+assert os.path.realpath('d/../d/f.txt') == root + '/d/f.txt'
+os.rename('d/f.txt', 'd/g.txt')
+os.remove('d/g.txt')
+os.rmdir('d/e')
+shutil.rmtree(root + '/tree')
+print('PY-OK')
+"#;
+
+#[test]
+fn python_files_walks_copytree_and_descriptors() {
+    if !have("python3") {
+        eprintln!("python3 not installed; skipped");
+        return;
+    }
+    let p = Pool::new("python", 128);
+    let src = p.scratch.join("src");
+    make_tree(&src);
+    let mut c = p.command("python3");
+    c.args(["-c", PY]).arg(&src);
+    let out = output(c, Duration::from_secs(300));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("PY-OK"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.fsck();
+}
+
+fn sqlite(p: &Pool, db: &str, sql: &str) -> String {
+    let mut c = p.command("sqlite3");
+    c.arg(db).arg(sql);
+    let out = output(c, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "sqlite3 failed: {sql}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
+    if !have("sqlite3") {
+        eprintln!("sqlite3 not installed (apt-get install sqlite3); skipped");
+        return;
+    }
+    let p = Pool::new("sqlite", 256);
+    for (mode, db) in [
+        ("WAL", "/mnt/engram/wal.db"),
+        ("DELETE", "/mnt/engram/rb.db"),
+    ] {
+        let setup = format!(
+            "PRAGMA journal_mode={mode}; PRAGMA synchronous=FULL; \
+             CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT); CREATE INDEX tb ON t(b); \
+             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<20000) \
+             INSERT INTO t SELECT x, hex(randomblob(40)) FROM c; \
+             SELECT count(*) FROM t; PRAGMA integrity_check;"
+        );
+        let out = sqlite(&p, db, &setup);
+        assert_eq!(out, format!("{}\n20000\nok", mode.to_lowercase()));
+        // Reopen: the data is there.
+        let out = sqlite(
+            &p,
+            db,
+            "PRAGMA synchronous=FULL; UPDATE t SET b = 'x' || b WHERE a % 2 = 0; DELETE FROM t WHERE a > 15000; SELECT count(*), sum(a) FROM t; PRAGMA integrity_check;",
+        );
+        assert_eq!(out, "15000|112507500\nok");
+        // Killed in the middle of a big transaction: the database reopens intact without it.
+        let mut c = p.command("sqlite3");
+        c.arg(db)
+            .arg("PRAGMA synchronous=FULL; BEGIN; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<100000000) INSERT INTO t(b) SELECT hex(randomblob(100)) FROM c; COMMIT;")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = c.spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let out = sqlite(
+            &p,
+            db,
+            "SELECT count(*), sum(a) FROM t; PRAGMA integrity_check;",
+        );
+        assert_eq!(out, "15000|112507500\nok", "{mode}");
+    }
+    // Two processes on one WAL database (with a busy timeout, as concurrent users need):
+    // a reader sees the writer's commits, and both succeed.
+    let out = p.sh(
+        "for i in 1 2 3 4 5; do sqlite3 -cmd '.timeout 10000' /mnt/engram/wal.db 'INSERT INTO t(b) VALUES(1);'; done & w=$!; \
+         for i in 1 2 3 4 5; do sqlite3 -cmd '.timeout 10000' /mnt/engram/wal.db 'SELECT count(*) >= 15000 FROM t;'; done; wait $w",
+    );
+    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["1"; 5]);
+    assert_eq!(
+        sqlite(
+            &p,
+            "/mnt/engram/wal.db",
+            "SELECT count(*) FROM t; PRAGMA integrity_check;"
+        ),
+        "15005\nok"
+    );
+    p.fsck();
+}

@@ -1,0 +1,98 @@
+//! coreutils, tar, find and a shell script with redirections and pipes, run on EngramFS
+//! through the shim; every result is checked.
+
+mod common;
+
+use common::{Pool, make_tree};
+
+#[test]
+fn coreutils_round_trip_a_real_tree() {
+    let p = Pool::new("coreutils", 128);
+    make_tree(&p.scratch.join("src"));
+    let out = p.sh(r#"
+        M=/mnt/engram
+        mkdir -p $M/x/y/z
+        test -d $M/x/y/z
+        cp -r src $M/tree
+        cp -r $M/tree back
+        diff -r src back
+        (cd src && find . -type f | sort | xargs sha256sum) > sums.real
+        (cd $M/tree && find . -type f | sort | xargs sha256sum) > sums.pool
+        cmp sums.real sums.pool
+        test "$(readlink $M/tree/link)" = a/hello.txt
+        test "$(cat $M/tree/link)" = "hello world"
+        ls -la $M/tree | grep -q ' link -> a/hello.txt'
+        ls -la $M/tree/a/b | grep -c '^-' > count
+        test "$(cat count)" = 51
+        test "$(find $M/tree -type f | wc -l)" = 53
+        test "$(find $M/tree -type d | wc -l)" = 5
+        du -s $M/tree | awk '{ exit !($1 >= 2900) }'
+        mv $M/tree $M/moved
+        test ! -e $M/tree
+        mv $M/moved/a/hello.txt $M/moved/hi.txt
+        test "$(cat $M/moved/hi.txt)" = "hello world"
+        ln -s /mnt/engram/moved/hi.txt $M/abs
+        test "$(cat $M/abs)" = "hello world"
+        ln -s ../src/a/hello.txt $M/out
+        touch -d '2001-02-03 04:05:06' $M/stamp
+        test "$(stat -c %Y $M/stamp)" = "$(date -d '2001-02-03 04:05:06' +%s)"
+        test "$(stat -c %s $M/moved/a/b/c/big.bin)" = 3000000
+        test "$(stat -c %F $M/moved)" = directory
+        dd if=src/a/b/c/big.bin of=$M/dd bs=65536 status=none
+        dd if=$M/dd of=dd.back bs=4096 skip=1 count=10 status=none
+        cmp dd.back <(tail -c +4097 src/a/b/c/big.bin | head -c 40960)
+        dd if=/dev/zero of=$M/dd bs=1 count=1 seek=5 conv=notrunc status=none
+        test "$(stat -c %s $M/dd)" = 3000000
+        tar cf $M/t.tar -C src .
+        mkdir $M/untar
+        tar xf $M/t.tar -C $M/untar
+        diff -r src $M/untar
+        tar cf t2.tar -C $M/untar .
+        mkdir untar2 && tar xf t2.tar -C untar2 && diff -r src untar2
+        rm -rf $M/moved $M/untar
+        test ! -e $M/moved
+        ls $M | sort | tr '\n' ' '
+        "#);
+    assert_eq!(out.trim(), "abs dd out stamp t.tar x");
+    p.fsck();
+}
+
+#[test]
+fn shell_redirections_pipes_and_cd() {
+    let p = Pool::new("shell", 64);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        echo one > $M/f
+        echo two >> $M/f
+        /bin/echo three >> $M/f
+        { echo four; /bin/echo five; printf 'six\n'; } >> $M/f
+        test "$(wc -l < $M/f)" = 6
+        cat $M/f | tr a-z A-Z | sort > $M/sorted
+        test "$(head -1 $M/sorted)" = FIVE
+        exec 3> $M/fd3
+        echo via-3 >&3
+        /bin/echo via-3-child >&3
+        exec 3>&-
+        test "$(cat $M/fd3)" = "via-3
+via-3-child"
+        sort < $M/f > sorted.real
+        cmp sorted.real <(sort $M/f)
+        ls -la / > $M/root.txt
+        grep -q ' etc' $M/root.txt
+        cd $M
+        mkdir -p d/e && cd d/e
+        test "$(pwd)" = /mnt/engram/d/e
+        echo rel > r.txt
+        /bin/cat ../../d/e/r.txt > copy
+        test "$(cat /mnt/engram/d/e/copy)" = rel
+        ls | tr '\n' ' '
+        cd /
+        test "$(cat mnt/engram/d/e/r.txt)" = rel
+        sh -c 'cd /mnt/engram/d && cat e/r.txt && echo sub > sub.txt'
+        test "$(cat /mnt/engram/d/sub.txt)" = sub
+        echo done
+        "#);
+    assert!(out.contains("copy r.txt"), "{out}");
+    assert!(out.trim_end().ends_with("rel\ndone"), "{out}");
+    p.fsck();
+}

@@ -1,0 +1,72 @@
+//! The shim's own guarantees: a pool opened in-process is exclusive (with a clear error for
+//! a second process), and a pool that cannot be opened fails only calls under the prefix.
+
+mod common;
+
+use common::{MOUNT, library, output};
+use engram_core::Fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(format!("/tmp/engram-shim-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn in_process(pool: &std::path::Path, script: &str) -> std::process::Output {
+    let mut c = Command::new("bash");
+    c.args(["-c", script])
+        .env("LD_PRELOAD", library())
+        .env("ENGRAM_POOL", pool)
+        .env("ENGRAM_MOUNT", MOUNT)
+        .env_remove("ENGRAM_SOCKET")
+        .env_remove("ENGRAM_CWD");
+    output(c, Duration::from_secs(60))
+}
+
+#[test]
+fn in_process_pool_is_exclusive_with_a_clear_error() {
+    let dir = scratch("inproc");
+    let pool = dir.join("p.pool");
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    // One process (the shell's builtins) uses the pool; a child process cannot.
+    let out = in_process(
+        &pool,
+        "echo one > /mnt/engram/f; read x < /mnt/engram/f; echo \"$x\"; \
+         /bin/cat /mnt/engram/f; echo \"cat=$?\"; /bin/cat /etc/hostname >/dev/null; echo \"real=$?\"",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.starts_with("one\ncat=1\nreal=0"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+    assert!(stderr.contains("engram run"), "{stderr}");
+    // The shell unmounted cleanly at exit.
+    let fs = Fs::open(&pool, &Default::default()).unwrap();
+    assert!(fs.mount_info().was_clean);
+    assert_eq!(fs.read_file("/f").unwrap(), b"one\n");
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_pool_fails_only_calls_under_the_prefix_and_says_so_once() {
+    let dir = scratch("missing");
+    let out = in_process(
+        &dir.join("nope.pool"),
+        "ls /mnt/engram; ls /mnt/engram/a; echo x > /mnt/engram/b; \
+         echo fine > /tmp/engram-shim-ok-$$; cat /tmp/engram-shim-ok-$$; rm /tmp/engram-shim-ok-$$",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout.trim(), "fine", "{stderr}");
+    // Once per process: ls, ls, and the shell itself.
+    assert_eq!(stderr.matches("engram-preload: ").count(), 3, "{stderr}");
+    assert!(stderr.contains("nope.pool"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
