@@ -78,6 +78,8 @@ impl Bitmap {
         }
         *w &= !m;
         self.used -= 1;
+        // Reuse freed bits first: their pages have been touched already (no first-use fault).
+        self.hint = self.hint.min((i / 64) as usize);
         true
     }
 

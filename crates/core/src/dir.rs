@@ -142,7 +142,7 @@ pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Opt
         return Ok(None);
     }
     let hash = name_hash(name);
-    let leaf = find_leaf(pool, geo, root, hash)?.leaf;
+    let leaf = find_leaf(pool, geo, root, hash, false)?.leaf;
     let fp = fingerprint(hash);
     let header = pool.slice(leaf, SLOTS);
     for (i, &b) in header.iter().enumerate() {
@@ -177,7 +177,15 @@ pub struct LeafLoc {
     pub parent: Parent,
 }
 
-fn find_leaf(pool: &Pool, geo: &Geometry, root: u64, hash: u64) -> Result<LeafLoc> {
+/// The leaf a hash belongs to. Only a split needs the leaf's slot range in its parent
+/// (`with_range`); lookups skip scanning for it.
+fn find_leaf(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    hash: u64,
+    with_range: bool,
+) -> Result<LeafLoc> {
     let mut ptr = root;
     let mut parent = Parent::Root;
     let mut depth = 0;
@@ -195,10 +203,10 @@ fn find_leaf(pool: &Pool, geo: &Geometry, root: u64, hash: u64) -> Result<LeafLo
             return Err(Error::corrupt("directory trie has an empty slot"));
         }
         let (mut lo, mut hi) = (idx, idx);
-        while lo > 0 && pool.load_u64(page + (lo - 1) * 8) == child {
+        while with_range && lo > 0 && pool.load_u64(page + (lo - 1) * 8) == child {
             lo -= 1;
         }
-        while hi + 1 < FANOUT && pool.load_u64(page + (hi + 1) * 8) == child {
+        while with_range && hi + 1 < FANOUT && pool.load_u64(page + (hi + 1) * 8) == child {
             hi += 1;
         }
         parent = Parent::Node {
@@ -361,7 +369,8 @@ pub fn find_space(
         return Ok(Space::Empty);
     }
     let k = slots_for(name.len());
-    let loc = find_leaf(pool, geo, root, name_hash(name))?;
+    let hash = name_hash(name);
+    let loc = find_leaf(pool, geo, root, hash, false)?;
     let header = pool.slice(loc.leaf, SLOTS);
     let taken = |slot: u64| {
         claimed
@@ -382,7 +391,7 @@ pub fn find_space(
             });
         }
     }
-    Ok(Space::Full(loc))
+    Ok(Space::Full(find_leaf(pool, geo, root, hash, true)?))
 }
 
 /// Write an unpublished dentry into free slots of a reachable leaf (flushed, not fenced) and

@@ -11,6 +11,23 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// Lowest descriptor number the connection uses: programs (shells especially) take the
+/// small numbers for themselves and may overwrite them with dup2.
+const MIN_FD: i32 = 64;
+
+/// Move the socket to a descriptor at or above MIN_FD (close-on-exec).
+fn high_fd(stream: UnixStream) -> Result<UnixStream> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: duplicating a descriptor we own; the original closes when `stream` drops.
+    let fd = unsafe { libc::fcntl(stream.as_raw_fd(), libc::F_DUPFD_CLOEXEC, MIN_FD) };
+    if fd < 0 {
+        return Ok(stream);
+    }
+    drop(stream);
+    // SAFETY: `fd` is a fresh duplicate that nothing else owns.
+    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
 /// Spins before a waiting client sleeps on its slot.
 const SPINS: u32 = 4000;
 
@@ -32,6 +49,7 @@ impl Remote {
                 ),
             )
         })?;
+        let stream = high_fd(stream)?;
         let (hello, fd) = handshake::recv_hello(&stream)
             .map_err(|e| Error::with_msg(libc::EPROTO, format!("daemon handshake failed: {e}")))?;
         if hello.index as usize >= shm::MAX_CLIENTS {

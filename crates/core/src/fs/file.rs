@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::index::{self, MAX_FILE_SIZE};
 use crate::inode::{self, InodeData};
 use crate::layout::PAGE;
+use crate::range_lock::RangeLock;
 use crate::request::{Handle, Request, SetAttr, SetTime, WriteCheck};
 use crate::server::zero_range_beyond_eof;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -97,12 +98,16 @@ pub struct File {
     handle: Handle,
     opts: OpenOptions,
     pos: Arc<Mutex<u64>>,
+    /// This process's page-range lock of the inode (shared by all its open files).
+    lock: Arc<RangeLock>,
 }
 
 impl File {
     pub(crate) fn new(fs: Fs, handle: Handle, opts: OpenOptions) -> Result<File> {
         fs.call(Request::Open { target: handle })?;
+        let lock = fs.range_lock(handle.ino);
         Ok(File {
+            lock,
             fs,
             handle,
             opts,
@@ -136,6 +141,7 @@ impl File {
             handle: self.handle,
             opts: self.opts,
             pos: self.pos.clone(),
+            lock: self.lock.clone(),
         })
     }
 
@@ -242,7 +248,7 @@ impl File {
         let fs = &self.fs;
         let core = &*fs.core;
         let shared = fs.pool_is_shared();
-        let lock = fs.range_lock(self.handle.ino);
+        let lock = &self.lock;
         // Lock from the page of min(offset, size): the gap between the old end of file and
         // the write is ours to zero. Appends lock to infinity so that they take turns.
         let (_guard, d, off) = loop {
@@ -288,7 +294,7 @@ impl File {
         let mut pages = fs.take_pages(fresh)?.into_iter();
         let mut updates = Vec::with_capacity(fresh);
         let mut old_pages = Vec::with_capacity(fresh);
-        let mut scratch = vec![0u8; PAGE as usize];
+        let mut scratch = Vec::new();
         for &(pg, old, cow) in &existing {
             let base = pg * PAGE;
             let ws = off.max(base) - base;
@@ -303,6 +309,7 @@ impl File {
             if ws == 0 && we == PAGE {
                 core.pool.copy_nt(new, src);
             } else {
+                scratch.resize(PAGE as usize, 0);
                 if old == 0 {
                     scratch.fill(0);
                 } else {
@@ -357,7 +364,7 @@ impl File {
         if !self.opts.write {
             return Err(Error::EBADF);
         }
-        let lock = self.fs.range_lock(self.handle.ino);
+        let lock = &self.lock;
         let size = self.data().size;
         let _g = lock.lock(offset.min(size) / PAGE, u64::MAX);
         self.fs.call(Request::Fallocate {
@@ -464,6 +471,7 @@ impl Drop for File {
         let _ = self.fs.call(Request::Close {
             target: self.handle,
         });
+        self.fs.forget_range_lock(self.handle.ino, &self.lock);
     }
 }
 

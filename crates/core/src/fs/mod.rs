@@ -308,6 +308,15 @@ impl Fs {
         lock(&self.core.locks).entry(ino).or_default().clone()
     }
 
+    /// Drop the map's entry for an inode once only the map and `held` (being dropped)
+    /// refer to its lock, so the map does not grow with every file ever opened.
+    pub(crate) fn forget_range_lock(&self, ino: u64, held: &Arc<RangeLock>) {
+        let mut map = lock(&self.core.locks);
+        if Arc::strong_count(held) <= 2 {
+            map.remove(&ino);
+        }
+    }
+
     /// Read an inode consistently (retrying while the server changes it).
     pub(crate) fn read_inode(&self, ino: u64) -> InodeData {
         let seqs = &self.core.shared.seqs;

@@ -31,8 +31,13 @@ impl Fs {
         dir: u64,
         name: &[u8],
     ) -> Result<Option<(Handle, InodeData)>> {
+        let _pin = self.core.shared.epochs.pin();
+        self.lookup_child_pinned(dir, name)
+    }
+
+    /// `lookup_child` for callers that already hold an epoch pin.
+    fn lookup_child_pinned(&self, dir: u64, name: &[u8]) -> Result<Option<(Handle, InodeData)>> {
         let core = &*self.core;
-        let _pin = core.shared.epochs.pin();
         loop {
             let s = core.shared.seqs.read_begin(dir);
             let d = inode::read(&core.pool, &core.geo, dir);
@@ -107,6 +112,7 @@ impl Fs {
 
     /// Resolve all but the last component of `path`, starting at `base` for relative paths.
     pub(crate) fn resolve_parent(&self, base: Option<Handle>, path: &[u8]) -> Result<Parent> {
+        let _pin = self.core.shared.epochs.pin();
         let mut links = 0;
         self.resolve_parent_counted(base, path, &mut links)
     }
@@ -172,7 +178,7 @@ impl Fs {
                 }
                 _ => {}
             }
-            let (h, d) = self.lookup_child(dir.ino, c)?.ok_or(Error::ENOENT)?;
+            let (h, d) = self.lookup_child_pinned(dir.ino, c)?.ok_or(Error::ENOENT)?;
             if d.is_symlink() {
                 *links += 1;
                 if *links > MAX_SYMLINKS {
@@ -233,6 +239,7 @@ impl Fs {
         path: &[u8],
         follow: bool,
     ) -> Result<(Handle, InodeData)> {
+        let _pin = self.core.shared.epochs.pin();
         let mut links = 0;
         let mut base = base;
         let mut path = path.to_vec();
@@ -241,7 +248,9 @@ impl Fs {
             let Some(name) = p.name else {
                 return Ok((p.dir, p.dir_data));
             };
-            let (h, d) = self.lookup_child(p.dir.ino, &name)?.ok_or(Error::ENOENT)?;
+            let (h, d) = self
+                .lookup_child_pinned(p.dir.ino, &name)?
+                .ok_or(Error::ENOENT)?;
             if d.is_symlink() && (follow || p.trailing_slash) {
                 links += 1;
                 if links > MAX_SYMLINKS {
