@@ -223,13 +223,17 @@ impl SeqTable {
         self.seqs[ino as usize].load(Ordering::Relaxed) == v
     }
 
+        // Only the server writes the counters, so plain stores suffice: a locked increment
+    // would also wait for every cache-line write-back in flight.
     pub fn write_begin(&self, ino: u64) {
-        self.seqs[ino as usize].fetch_add(1, Ordering::AcqRel);
+        let s = &self.seqs[ino as usize];
+        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
     pub fn write_end(&self, ino: u64) {
-        self.seqs[ino as usize].fetch_add(1, Ordering::Release);
+        let s = &self.seqs[ino as usize];
+        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }
 
