@@ -139,8 +139,7 @@ pub fn standard(scale: &Scale, extra: Vec<Box<dyn Target>>) -> TargetSet {
     // The shim and FUSE front ends run through system calls on a directory: when one is
     // available, its directory becomes a `posix::mounted_dir` target. The shim must be
     // loaded into this process (LD_PRELOAD) for its directories to reach EngramFS.
-    let shim = "the LD_PRELOAD shim does not exist yet (once it does, run the benchmark \
-                under it and set";
+    let shim = "not requested (run the benchmark under `engram run` and set";
     let hooks = [
         (
             "engram-shim",
