@@ -223,7 +223,7 @@ impl SeqTable {
         self.seqs[ino as usize].load(Ordering::Relaxed) == v
     }
 
-        // Only the server writes the counters, so plain stores suffice: a locked increment
+    // Only the server writes the counters, so plain stores suffice: a locked increment
     // would also wait for every cache-line write-back in flight.
     pub fn write_begin(&self, ino: u64) {
         let s = &self.seqs[ino as usize];

@@ -1691,17 +1691,9 @@ impl Model {
     pub fn known_bug(&self, op: &Op) -> Option<&'static str> {
         const CHECKS: &[BugCheck] = &[
             Model::bug_long_last_name_checked_early,
-            Model::bug_new_name_with_slash_exists,
-            Model::bug_symlink_target_checked_late,
-            Model::bug_create_excl_dot,
-            Model::bug_link_dir_onto_existing,
-            Model::bug_rename_noreplace_onto_dot,
-            Model::bug_rename_bad_flags_checked_late,
             Model::bug_rename_slash_checked_early,
             Model::bug_creat_through_symlink,
-            Model::bug_rename_file_onto_ancestor,
             Model::bug_symlink_path_concat_too_long,
-            Model::bug_mkdir_keeps_setid_bits,
         ];
         CHECKS.iter().find_map(|check| check(self, op))
     }
@@ -1709,11 +1701,6 @@ impl Model {
     /// What Linux returns for `op` in the current state.
     fn linux_result(&self, op: &Op) -> Outcome {
         self.clone().apply(op)
-    }
-
-    fn is_norm(&self, path: &P) -> R<bool> {
-        self.parent_of(&path.0)
-            .map(|p| matches!(p.last, Last::Norm(_)))
     }
 
     /// A path of `op` ends in a name longer than NAME_MAX, which the engine rejects while
@@ -1733,72 +1720,6 @@ impl Model {
         };
         let hit = paths.iter().any(long) && self.linux_result(op) != Err(ENAMETOOLONG);
         hit.then_some("bug_long_last_name_checked_early")
-    }
-
-    /// symlink or link onto "existing/".
-    fn bug_new_name_with_slash_exists(&self, op: &Op) -> Option<&'static str> {
-        let (OpT::Symlink { path, .. } | OpT::Link { to: path, .. }) = op else {
-            return None;
-        };
-        let p = self.parent_of(&path.0).ok()?;
-        let Last::Norm(n) = p.last else { return None };
-        let hit = p.trailing && n.len() <= NAME_MAX && self.lookup(p.dir, &n).is_some();
-        hit.then_some("bug_new_name_with_slash_exists")
-    }
-
-    fn bug_symlink_target_checked_late(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Symlink { target, path } = op else {
-            return None;
-        };
-        let bad_target = target.0.is_empty() || target.0.len() >= PATH_MAX;
-        let hit = bad_target && self.filename_create(&path.0, false).is_err();
-        hit.then_some("bug_symlink_target_checked_late")
-    }
-
-    fn bug_create_excl_dot(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Create {
-            path, excl: true, ..
-        } = op
-        else {
-            return None;
-        };
-        (self.is_norm(path) == Ok(false)).then_some("bug_create_excl_dot")
-    }
-
-    fn bug_link_dir_onto_existing(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Link { from, to } = op else {
-            return None;
-        };
-        let hit = self.resolve(&from.0, false).is_ok_and(|i| self.is_dir(i))
-            && self.filename_create(&to.0, false) == Err(EEXIST);
-        hit.then_some("bug_link_dir_onto_existing")
-    }
-
-    fn bug_rename_noreplace_onto_dot(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Rename {
-            from,
-            to,
-            flags: RENAME_NOREPLACE,
-        } = op
-        else {
-            return None;
-        };
-        let hit = self.is_norm(from) == Ok(true) && self.is_norm(to) == Ok(false);
-        hit.then_some("bug_rename_noreplace_onto_dot")
-    }
-
-    fn bug_rename_bad_flags_checked_late(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Rename { from, to, flags } = op else {
-            return None;
-        };
-        if *flags != RENAME_NOREPLACE | RENAME_EXCHANGE {
-            return None;
-        }
-        let plain = |p: &P| {
-            self.parent_of(&p.0)
-                .is_ok_and(|p| matches!(p.last, Last::Norm(_)) && !p.trailing)
-        };
-        (!plain(from) || !plain(to)).then_some("bug_rename_bad_flags_checked_late")
     }
 
     /// The engine checks "a source with slashes must be a directory" before anything else.
@@ -1824,32 +1745,6 @@ impl Model {
             Ok(()) => flags & RENAME_EXCHANGE != 0 && t.trailing && dst_nondir,
         };
         hit.then_some("bug_rename_slash_checked_early")
-    }
-
-    /// rename(file, one of its ancestors): Linux finds the target in lock_rename's "trap"
-    /// (ENOTEMPTY) before comparing types (EISDIR).
-    fn bug_rename_file_onto_ancestor(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Rename { from, to, flags } = op else {
-            return None;
-        };
-        let (f, t) = (self.parent_of(&from.0).ok()?, self.parent_of(&to.0).ok()?);
-        let (Last::Norm(fname), Last::Norm(tname)) = (&f.last, &t.last) else {
-            return None;
-        };
-        let src = self.lookup(f.dir, fname)?;
-        let dst = self.lookup(t.dir, tname)?;
-        let hit = flags & RENAME_EXCHANGE == 0
-            && !self.is_dir(src)
-            && self.trap(t.dir, f.dir) == Some(dst);
-        hit.then_some("bug_rename_file_onto_ancestor")
-    }
-
-    /// mkdir with S_ISUID or S_ISGID in its mode argument.
-    fn bug_mkdir_keeps_setid_bits(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Mkdir { perm, .. } = op else {
-            return None;
-        };
-        (perm.0 & 0o6000 != 0).then_some("bug_mkdir_keeps_setid_bits")
     }
 
     /// The engine splices the target of a symlink met inside a path into the rest of the
@@ -2860,31 +2755,26 @@ fn symlink_limit_is_40() {
 }
 
 #[test]
-#[ignore = "engine bug: symlink/link onto \"existing/\" gives ENOENT, not EEXIST"]
 fn bug_new_name_with_slash_exists() {
     run_case("bug_new_name_with_slash_exists");
 }
 
 #[test]
-#[ignore = "engine bug: open(\"/.\", O_CREAT|O_EXCL) gives EISDIR, not EEXIST"]
 fn bug_create_excl_dot() {
     run_case("bug_create_excl_dot");
 }
 
 #[test]
-#[ignore = "engine bug: link(dir, existing) gives EPERM, not EEXIST"]
 fn bug_link_dir_onto_existing() {
     run_case("bug_link_dir_onto_existing");
 }
 
 #[test]
-#[ignore = "engine bug: rename(f, \"/\", RENAME_NOREPLACE) gives EBUSY, not EEXIST"]
 fn bug_rename_noreplace_onto_dot() {
     run_case("bug_rename_noreplace_onto_dot");
 }
 
 #[test]
-#[ignore = "engine bug: rename flags NOREPLACE|EXCHANGE give path errors before EINVAL"]
 fn bug_rename_bad_flags_checked_late() {
     run_case("bug_rename_bad_flags_checked_late");
 }
@@ -2902,7 +2792,6 @@ fn bug_creat_through_symlink() {
 }
 
 #[test]
-#[ignore = "engine bug: rename(\"/a/f\", \"/a\") gives EISDIR, not ENOTEMPTY"]
 fn bug_rename_file_onto_ancestor() {
     run_case("bug_rename_file_onto_ancestor");
 }
@@ -2914,7 +2803,6 @@ fn bug_long_last_name_checked_early() {
 }
 
 #[test]
-#[ignore = "engine bug: symlink with an empty or too long target fails on the link path first"]
 fn bug_symlink_target_checked_late() {
     run_case("bug_symlink_target_checked_late");
 }
@@ -2941,7 +2829,6 @@ fn grow_one_page_file() {
 }
 
 #[test]
-#[ignore = "engine bug: mkdir keeps S_ISUID/S_ISGID from its mode argument"]
 fn bug_mkdir_keeps_setid_bits() {
     run_case("bug_mkdir_keeps_setid_bits");
 }

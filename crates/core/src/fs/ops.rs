@@ -35,7 +35,11 @@ impl Fs {
         let (h, d) = if opts.create {
             let p = self.resolve_parent(base(dir), path)?;
             let Some(name) = p.name.clone() else {
-                return Err(Error::EISDIR);
+                return Err(if opts.excl {
+                    Error::EEXIST
+                } else {
+                    Error::EISDIR
+                });
             };
             if p.trailing_slash {
                 return Err(Error::EISDIR);
@@ -202,10 +206,23 @@ impl Fs {
         to: &[u8],
         flags: u32,
     ) -> Result<()> {
+        use crate::request::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+        let both = RENAME_EXCHANGE | RENAME_NOREPLACE;
+        if flags & !both != 0 || flags & both == both {
+            return Err(Error::EINVAL);
+        }
         let f = self.resolve_parent(base(fdir), from)?;
         let t = self.resolve_parent(base(tdir), to)?;
-        let (Some(fname), Some(tname)) = (f.name, t.name) else {
+        let Some(fname) = f.name else {
             return Err(Error::EBUSY);
+        };
+        let Some(tname) = t.name else {
+            // The target is "/" or ends in "." or "..": it exists.
+            return Err(if flags & RENAME_NOREPLACE != 0 {
+                Error::EEXIST
+            } else {
+                Error::EBUSY
+            });
         };
         if f.trailing_slash || t.trailing_slash {
             let (_, s) = self.lookup_child(f.dir.ino, &fname)?.ok_or(Error::ENOENT)?;
@@ -239,7 +256,7 @@ impl Fs {
         let (h, _) = self.resolve(base(odir), old, follow)?;
         let (p, name) = self.parent_for_change(ndir, new)?;
         if p.trailing_slash {
-            return Err(Error::ENOENT);
+            return Err(self.slash_name_error(p.dir, &name)?);
         }
         self.call_entry(Request::Link {
             target: h,
@@ -255,9 +272,16 @@ impl Fs {
     }
 
     pub fn symlink_at(&self, target: &[u8], dir: Option<&File>, linkpath: &[u8]) -> Result<()> {
+        // Linux checks the target before the new name.
+        if target.is_empty() {
+            return Err(Error::ENOENT);
+        }
+        if target.len() >= super::path::PATH_MAX {
+            return Err(Error::ENAMETOOLONG);
+        }
         let (p, name) = self.parent_for_change(dir, linkpath)?;
         if p.trailing_slash {
-            return Err(Error::ENOENT);
+            return Err(self.slash_name_error(p.dir, &name)?);
         }
         self.call_entry(Request::Symlink {
             parent: p.dir,
@@ -265,6 +289,16 @@ impl Fs {
             target: target.to_vec(),
         })?;
         Ok(())
+    }
+
+    /// The error for a new name written with a trailing slash ("name/"): EEXIST if the name
+    /// exists, else ENOENT (a new non-directory cannot end with a slash).
+    fn slash_name_error(&self, dir: Handle, name: &[u8]) -> Result<Error> {
+        Ok(if self.lookup_child(dir.ino, name)?.is_some() {
+            Error::EEXIST
+        } else {
+            Error::ENOENT
+        })
     }
 
     pub fn readlink(&self, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {

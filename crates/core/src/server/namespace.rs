@@ -284,7 +284,7 @@ impl Server {
         name: &[u8],
         mode: u32,
     ) -> Result<Response> {
-        let handle = self.make_node(c, parent, name, S_IFDIR | (mode & 0o7777), None)?;
+        let handle = self.make_node(c, parent, name, S_IFDIR | (mode & 0o1777), None)?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -321,11 +321,11 @@ impl Server {
         check_name(name)?;
         let t = self.inode(target)?;
         let p = self.dir_inode(parent)?;
-        if t.is_dir() {
-            return Err(Error::EPERM);
-        }
         if self.lookup(&p, name)?.is_some() {
             return Err(Error::EEXIST);
+        }
+        if t.is_dir() {
+            return Err(Error::EPERM);
         }
         perm::check(c, &p, W | X)?;
         if t.nlink == 0 {
@@ -480,6 +480,13 @@ impl Server {
         let d = dd.as_ref().map(|x| self.read_inode(x.ino));
         if let Some(d) = &d {
             perm::check_sticky(c, &dp, d)?;
+        }
+        // Linux: a target that is an ancestor of the source is "not empty".
+        if let Some(dd) = &dd
+            && !exchange
+            && self.is_ancestor(dd.ino, from.ino)
+        {
+            return Err(Error::ENOTEMPTY);
         }
         let moving = from.ino != to.ino;
         if s.is_dir() && moving {
