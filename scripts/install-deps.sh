@@ -4,9 +4,9 @@
 # told what is missing.
 set -euo pipefail
 
-# Debian/Ubuntu packages the tests use. Later: sqlite3 fio rocksdb-tools fuse3.
-# fuse3: FUSE mounts (fusermount3); sqlite3 and git: programs the FUSE and shim tests run.
-PACKAGES=(fuse3 sqlite3 git)
+# fuse3: FUSE mounts (fusermount3); sqlite3, git, fio, rocksdb-tools (db_bench): programs
+# the FUSE and shim tests run.
+PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

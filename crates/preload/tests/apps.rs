@@ -180,3 +180,64 @@ fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
     );
     p.fsck();
 }
+
+#[test]
+fn fio_random_writes_and_reads_verify_with_several_jobs() {
+    if !have("fio") {
+        eprintln!("fio not installed (apt-get install fio); skipped");
+        return;
+    }
+    let p = Pool::new("fio", 512);
+    // Two jobs (separate processes), random writes then reads, every block checked.
+    let out = p.sh(
+        "mkdir -p /mnt/engram/fio && fio --name=rw --directory=/mnt/engram/fio \
+         --ioengine=psync --rw=randwrite --bs=4k --size=8M --numjobs=2 \
+         --verify=crc32c --do_verify=1 --verify_fatal=1 --group_reporting 2>&1",
+    );
+    assert!(out.contains("WRITE:"), "{out}");
+    assert!(!out.contains("verify:") || !out.contains("bad"), "{out}");
+    assert!(!out.to_lowercase().contains("error="), "{out}");
+    let out = p.sh(
+        "fio --name=rw --directory=/mnt/engram/fio --ioengine=psync --rw=randread --bs=4k \
+         --size=8M --numjobs=2 --verify=crc32c --verify_only --verify_fatal=1 2>&1; \
+         ls /mnt/engram/fio | wc -l",
+    );
+    assert!(out.trim_end().ends_with('2'), "two job files: {out}");
+    p.fsck();
+}
+
+#[test]
+fn rocksdb_db_bench_fills_syncs_reads_and_reopens() {
+    if !have("db_bench") {
+        eprintln!("db_bench not installed (apt-get install rocksdb-tools); skipped");
+        return;
+    }
+    let p = Pool::new("rocksdb", 512);
+    let bench = |args: &str| {
+        p.sh(&format!(
+            "db_bench --db=/mnt/engram/rdb --num=20000 --compression_type=none {args} 2>&1"
+        ))
+    };
+    let out = bench("--benchmarks=fillseq,fillrandom,readrandom --sync=1");
+    for b in ["fillseq", "fillrandom", "readrandom"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(b) && l.contains("ops/sec")),
+            "{b}: {out}"
+        );
+    }
+    // A new process opens the existing database and finds the keys.
+    let out = bench("--use_existing_db=1 --benchmarks=readrandom");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("readrandom"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let found: u64 = line
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(found > 10000, "keys found after reopen: {line}");
+    p.fsck();
+}
