@@ -1689,225 +1689,8 @@ impl Model {
     /// skips such operations (on both sides) so that it keeps finding other problems;
     /// each bug has an ignored regression case below, named like the bug.
     pub fn known_bug(&self, op: &Op) -> Option<&'static str> {
-        const CHECKS: &[BugCheck] = &[
-            Model::bug_long_last_name_checked_early,
-            Model::bug_rename_slash_checked_early,
-            Model::bug_creat_through_symlink,
-            Model::bug_symlink_path_concat_too_long,
-        ];
+        const CHECKS: &[BugCheck] = &[];
         CHECKS.iter().find_map(|check| check(self, op))
-    }
-
-    /// What Linux returns for `op` in the current state.
-    fn linux_result(&self, op: &Op) -> Outcome {
-        self.clone().apply(op)
-    }
-
-    /// A path of `op` ends in a name longer than NAME_MAX, which the engine rejects while
-    /// resolving the parent (before anything else), and Linux returns something else.
-    fn bug_long_last_name_checked_early(&self, op: &Op) -> Option<&'static str> {
-        let mut paths = Vec::new();
-        let _ = op.map(|p| paths.push(p.clone()));
-        if let OpT::Symlink { .. } = op {
-            paths.remove(0); // the target is not resolved
-        }
-        let long = |p: &P| match self.parent_of(&p.0) {
-            Ok(Parent {
-                last: Last::Norm(n),
-                ..
-            }) => n.len() > NAME_MAX,
-            _ => false,
-        };
-        let hit = paths.iter().any(long) && self.linux_result(op) != Err(ENAMETOOLONG);
-        hit.then_some("bug_long_last_name_checked_early")
-    }
-
-    /// The engine checks "a source with slashes must be a directory" before anything else.
-    fn bug_rename_slash_checked_early(&self, op: &Op) -> Option<&'static str> {
-        let OpT::Rename { from, to, flags } = op else {
-            return None;
-        };
-        let (f, t) = (self.parent_of(&from.0).ok()?, self.parent_of(&to.0).ok()?);
-        let (Last::Norm(fname), Last::Norm(tname)) = (&f.last, &t.last) else {
-            return None;
-        };
-        if !f.trailing && !t.trailing {
-            return None;
-        }
-        let early = match self.lookup(f.dir, fname) {
-            None => Err(ENOENT),
-            Some(i) if !self.is_dir(i) => Err(ENOTDIR),
-            Some(_) => Ok(()),
-        };
-        let dst_nondir = self.lookup(t.dir, tname).is_some_and(|d| !self.is_dir(d));
-        let hit = match early {
-            Err(e) => self.linux_result(op) != Err(e),
-            Ok(()) => flags & RENAME_EXCHANGE != 0 && t.trailing && dst_nondir,
-        };
-        hit.then_some("bug_rename_slash_checked_early")
-    }
-
-    /// The engine splices the target of a symlink met inside a path into the rest of the
-    /// path (and a followed final symlink's target gets the trailing slash) and checks
-    /// PATH_MAX again: a path of `op` whose resolution builds PATH_MAX bytes or more.
-    fn bug_symlink_path_concat_too_long(&self, op: &Op) -> Option<&'static str> {
-        let mut paths = Vec::new();
-        let _ = op.map(|p| paths.push(p.clone()));
-        if let OpT::Symlink { .. } = op {
-            paths.remove(0); // the target is not resolved
-        }
-        let hit = paths.iter().any(|p| self.engine_splice_overflows(&p.0));
-        hit.then_some("bug_symlink_path_concat_too_long")
-    }
-
-    /// Whether the engine's resolution of `path` (following a final symlink) builds a
-    /// spliced path of PATH_MAX bytes or more.
-    fn engine_splice_overflows(&self, path: &[u8]) -> bool {
-        let mut links = 0;
-        let (mut base, mut path, mut nested) = (ROOT, path.to_vec(), false);
-        loop {
-            let (dir, last, trailing) = match self.engine_walk(base, &path, nested, &mut links) {
-                Ok(p) => p,
-                Err(overflow) => return overflow,
-            };
-            let Last::Norm(n) = last else { return false };
-            let Some(t) = self.lookup(dir, &n).and_then(|i| self.link_target(i)) else {
-                return false;
-            };
-            links += 1;
-            if links > MAXSYMLINKS {
-                return false;
-            }
-            (base, path, nested) = (dir, [t, if trailing { b"/" } else { b"" }].concat(), true);
-        }
-    }
-
-    /// The engine's resolve_parent: Err(true) if it fails on a spliced path's length,
-    /// Err(false) if it fails otherwise.
-    fn engine_walk(
-        &self,
-        start: u64,
-        path: &[u8],
-        nested: bool,
-        links: &mut u32,
-    ) -> Result<(u64, Last, bool), bool> {
-        if path.len() >= PATH_MAX {
-            return Err(nested);
-        }
-        let mut dir = if path.first() == Some(&b'/') {
-            ROOT
-        } else {
-            start
-        };
-        let comps: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .collect();
-        let trailing = path.ends_with(b"/");
-        let Some((&last, inner)) = comps.split_last() else {
-            return Ok((dir, Last::Root, false));
-        };
-        for (i, &c) in inner.iter().enumerate() {
-            match c {
-                b"." => continue,
-                b".." => dir = self.parent(dir),
-                _ => {
-                    let ino = self.lookup(dir, c).ok_or(false)?;
-                    if let Some(t) = self.link_target(ino) {
-                        *links += 1;
-                        if *links > MAXSYMLINKS {
-                            return Err(false);
-                        }
-                        let mut p = t.to_vec();
-                        for rest in &comps[i + 1..] {
-                            p.push(b'/');
-                            p.extend_from_slice(rest);
-                        }
-                        if trailing {
-                            p.push(b'/');
-                        }
-                        return self.engine_walk(dir, &p, true, links);
-                    }
-                    if !self.is_dir(ino) {
-                        return Err(false);
-                    }
-                    dir = ino;
-                }
-            }
-        }
-        let last = match last {
-            b"." => Last::Dot,
-            b".." => Last::DotDot,
-            n => Last::Norm(n.to_vec()),
-        };
-        Ok((dir, last, trailing))
-    }
-
-    /// O_CREAT (without O_EXCL) on an existing symlink: the engine resolves the symlink
-    /// completely and, only if that fails with ENOENT, creates (or opens) the last
-    /// component of its target, ignoring slashes after it. Linux instead resolves the
-    /// target like the original path, with the O_CREAT rules at every level.
-    fn bug_creat_through_symlink(&self, op: &Op) -> Option<&'static str> {
-        let (path, write) = match op {
-            OpT::Create {
-                path,
-                excl: false,
-                write,
-                ..
-            } => (path, *write),
-            OpT::Open {
-                path, create: true, ..
-            }
-            | OpT::UnlinkOpen { path, .. } => (path, true),
-            _ => return None,
-        };
-        let p = self.parent_of(&path.0).ok()?;
-        let Last::Norm(n) = &p.last else { return None };
-        if p.trailing || n.len() > NAME_MAX {
-            return None;
-        }
-        let target = self.link_target(self.lookup(p.dir, n)?)?;
-        enum Pred {
-            Open(u64),
-            CreateAt(u64, Vec<u8>),
-        }
-        let engine = match self.resolve_from(p.dir, n, true, &mut 0) {
-            Ok(ino) => Ok(Pred::Open(ino)),
-            Err(ENOENT) => match self.walk_parent(p.dir, target, &mut 0) {
-                Err(e) => Err(e),
-                Ok(Parent {
-                    last: Last::Norm(tn),
-                    ..
-                }) if tn.len() > NAME_MAX => Err(ENAMETOOLONG),
-                Ok(Parent {
-                    dir,
-                    last: Last::Norm(tn),
-                    ..
-                }) => Ok(match self.lookup(dir, &tn) {
-                    Some(ino) => Pred::Open(ino),
-                    None => Pred::CreateAt(dir, tn),
-                }),
-                Ok(_) => Err(EISDIR),
-            },
-            Err(e) => Err(e),
-        };
-        let mut m = self.clone();
-        let same = match (engine, m.open_create(&path.0, false, false, 0o644)) {
-            (Err(e), linux) => linux == Err(e),
-            (Ok(Pred::Open(ino)), linux) => {
-                linux
-                    == if self.is_dir(ino) && write {
-                        Err(EISDIR)
-                    } else {
-                        Ok(ino)
-                    }
-            }
-            (Ok(Pred::CreateAt(dir, name)), Ok(ino)) => {
-                !self.nodes.contains_key(&ino) && m.lookup(dir, &name) == Some(ino)
-            }
-            (Ok(Pred::CreateAt(..)), Err(_)) => false,
-        };
-        (!same).then_some("bug_creat_through_symlink")
     }
 }
 
@@ -2780,13 +2563,11 @@ fn bug_rename_bad_flags_checked_late() {
 }
 
 #[test]
-#[ignore = "engine bug: rename checks trailing slashes before the target (NOREPLACE, EXCHANGE)"]
 fn bug_rename_slash_checked_early() {
     run_case("bug_rename_slash_checked_early");
 }
 
 #[test]
-#[ignore = "engine bug: O_CREAT through symlinks (target \"a/\", chains, loops)"]
 fn bug_creat_through_symlink() {
     run_case("bug_creat_through_symlink");
 }
@@ -2797,7 +2578,6 @@ fn bug_rename_file_onto_ancestor() {
 }
 
 #[test]
-#[ignore = "engine bug: a too long last name gives ENAMETOOLONG before other errors"]
 fn bug_long_last_name_checked_early() {
     run_case("bug_long_last_name_checked_early");
 }
@@ -2818,7 +2598,6 @@ fn creat_rdonly_dir_is_eisdir() {
 }
 
 #[test]
-#[ignore = "engine bug: symlink target + rest of path > PATH_MAX gives ENAMETOOLONG"]
 fn bug_symlink_path_concat_too_long() {
     run_case("bug_symlink_path_concat_too_long");
 }

@@ -99,30 +99,45 @@ impl Fs {
         File::new(self.clone(), h, opts)
     }
 
-    /// O_CREAT through a symlink: open its target, creating it if it does not exist (as
-    /// Linux does for a dangling symlink without O_EXCL).
+    /// O_CREAT through a symlink: follow the chain of links (ELOOP after 40) to a final
+    /// name, open it if it exists (EISDIR for a directory), else create it, as Linux does.
+    /// A link whose target ends with a slash names a directory: EISDIR.
     fn open_symlink_target(
         &self,
         dir: Handle,
         name: &[u8],
         opts: &OpenOptions,
     ) -> Result<(Handle, crate::inode::InodeData)> {
-        match self.resolve(Some(dir), name, true) {
-            Err(e) if e.errno() == libc::ENOENT => {
-                let target = self.read_link_target(self.resolve(Some(dir), name, false)?.0)?;
-                let p = self.resolve_parent(Some(dir), &target)?;
-                let tname = p.name.ok_or(Error::EISDIR)?;
-                let req = Request::Create {
-                    parent: p.dir,
-                    name: tname,
-                    mode: opts.mode,
-                    excl: false,
-                };
-                let (h, _) = self.call_entry(req)?;
-                Ok((h, self.read_inode(h.ino)))
+        let (mut dir, mut name) = (dir, name.to_vec());
+        for _ in 0..=40 {
+            match self.lookup_child(dir.ino, &name)? {
+                Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
+                Some((h, d)) if d.is_symlink() => {
+                    let target = self.read_link_target(h)?;
+                    let p = self.resolve_parent(Some(dir), &target)?;
+                    let Some(n) = p.name else {
+                        return Err(Error::EISDIR);
+                    };
+                    if p.trailing_slash {
+                        // Linux refuses O_CREAT of "name/" before looking the name up.
+                        return Err(Error::EISDIR);
+                    }
+                    (dir, name) = (p.dir, n);
+                }
+                Some(found) => return Ok(found),
+                None => {
+                    let req = Request::Create {
+                        parent: dir,
+                        name,
+                        mode: opts.mode,
+                        excl: false,
+                    };
+                    let (h, _) = self.call_entry(req)?;
+                    return Ok((h, self.read_inode(h.ino)));
+                }
             }
-            other => other,
         }
+        Err(Error::ELOOP)
     }
 
     pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {
@@ -225,8 +240,21 @@ impl Fs {
             });
         };
         if f.trailing_slash || t.trailing_slash {
+            // A trailing slash says "this is a directory": the source, or an existing target,
+            // must be one (checked after the existence checks, as Linux does).
             let (_, s) = self.lookup_child(f.dir.ino, &fname)?.ok_or(Error::ENOENT)?;
-            if !s.is_dir() {
+            let d = self.lookup_child(t.dir.ino, &tname)?;
+            if flags & RENAME_EXCHANGE != 0 && d.is_none() {
+                return Err(Error::ENOENT);
+            }
+            if flags & RENAME_NOREPLACE != 0 && d.is_some() {
+                return Err(Error::EEXIST);
+            }
+            let exchange = flags & RENAME_EXCHANGE != 0;
+            if exchange && t.trailing_slash && d.as_ref().is_some_and(|(_, d)| !d.is_dir()) {
+                return Err(Error::ENOTDIR);
+            }
+            if !s.is_dir() && (f.trailing_slash || (!exchange && t.trailing_slash)) {
                 return Err(Error::ENOTDIR);
             }
         }

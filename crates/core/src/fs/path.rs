@@ -37,6 +37,9 @@ impl Fs {
 
     /// `lookup_child` for callers that already hold an epoch pin.
     fn lookup_child_pinned(&self, dir: u64, name: &[u8]) -> Result<Option<(Handle, InodeData)>> {
+        if name.len() > dir::NAME_MAX {
+            return Err(Error::ENAMETOOLONG);
+        }
         let core = &*self.core;
         loop {
             let s = core.shared.seqs.read_begin(dir);
@@ -145,7 +148,9 @@ impl Fs {
         if path.is_empty() {
             return Err(Error::ENOENT);
         }
-        if path.len() >= PATH_MAX {
+        // PATH_MAX bounds what the caller passes; a symlink's target spliced into the rest
+        // of the path may be longer (Linux follows link bodies separately).
+        if *links == 0 && path.len() >= PATH_MAX {
             return Err(Error::ENAMETOOLONG);
         }
         if path.contains(&0) {
@@ -198,9 +203,6 @@ impl Fs {
                 return Err(Error::ENOTDIR);
             }
             (dir, dir_data) = (h, d);
-        }
-        if last.len() > dir::NAME_MAX {
-            return Err(Error::ENAMETOOLONG);
         }
         if !dir_data.is_dir() {
             return Err(Error::ENOTDIR);

@@ -454,15 +454,18 @@ impl Server {
         {
             return Err(Error::EINVAL);
         }
-        for n in [fname, tname] {
+        // In Linux's order: the old name (valid, then present), then the new one.
+        let valid = |n: &[u8]| {
             if n == b"." || n == b".." {
                 return Err(Error::EBUSY);
             }
-            check_name(n)?;
-        }
+            check_name(n)
+        };
         let sp = self.dir_inode(from)?;
         let dp = self.dir_inode(to)?;
+        valid(fname)?;
         let sd = self.lookup(&sp, fname)?.ok_or(Error::ENOENT)?;
+        valid(tname)?;
         let dd = self.lookup(&dp, tname)?;
         if exchange && dd.is_none() {
             return Err(Error::ENOENT);
