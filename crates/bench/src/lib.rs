@@ -8,6 +8,7 @@
 
 mod bandwidth;
 mod chart;
+mod clients;
 mod goals;
 pub mod measure;
 mod micro;
@@ -17,6 +18,7 @@ pub mod report;
 mod scaling;
 pub mod targets;
 
+pub use clients::client_worker;
 pub use report::{Report, Row, Unit};
 pub use targets::{Kind, Open, Target, TargetFile};
 
@@ -295,13 +297,26 @@ fn all_benches(scale: &Scale) -> Vec<Bench> {
 }
 
 /// Run the benchmarks at `--quick` or full scale on the standard targets.
-pub fn run(opts: &BenchOptions) -> Result<Report, String> {
+/// Returns None when only the daemon-clients table was asked for (it is printed, not part
+/// of the report).
+pub fn run(opts: &BenchOptions) -> Result<Option<Report>, String> {
     let scale = if opts.quick {
         Scale::quick()
     } else {
         Scale::full()
     };
-    run_with(opts, scale, Vec::new())
+    let clients = opts
+        .filter
+        .as_ref()
+        .is_none_or(|f| "daemon clients".contains(f.to_lowercase().as_str()));
+    let report = match run_with(opts, scale, Vec::new()) {
+        Err(e) if clients && e.starts_with("no benchmark matches") => None,
+        other => Some(other?),
+    };
+    if clients {
+        clients::run(opts.quick)?;
+    }
+    Ok(report)
 }
 
 /// Run at `scale`, with `extra` targets beside the standard ones (a FUSE mount:

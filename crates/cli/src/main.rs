@@ -99,6 +99,10 @@ fn install_panic_hook() {
 }
 
 fn main() -> ExitCode {
+    // `engram bench` starts this executable again as its benchmark client processes.
+    if let Some(code) = engram_bench::client_worker() {
+        return ExitCode::from(code as u8);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {

@@ -506,3 +506,24 @@ fn demo_after_a_killed_demo() {
     let r = ok(["fsck", pool.s()]);
     assert!(r.stdout.contains("clean"), "{}", r.stdout);
 }
+
+#[test]
+fn bench_daemon_clients_table_runs() {
+    // Only that the client processes run and report; no timing is asserted.
+    let r = ok(["bench", "--quick", "--filter", "clients"]);
+    assert!(r.stdout.contains("Daemon clients"), "{}", r.stdout);
+    for op in ["create", "stat", "write4k"] {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(op))
+            .unwrap_or_else(|| panic!("{op}: {}", r.stdout));
+        let rates: Vec<f64> = line
+            .split_whitespace()
+            .filter_map(|w| w.strip_suffix("/s"))
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(rates.len(), 3, "{line}");
+        assert!(rates.iter().all(|&x| x > 0.0), "{line}");
+    }
+}
