@@ -138,7 +138,32 @@ fn leaf_entries(pool: &Pool, leaf: u64) -> Vec<Dentry> {
 
 /// Find `name` in the directory whose root word is `root`.
 pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Dentry>> {
-    if root == 0 {
+    Ok(match find_slot(pool, geo, root, name)? {
+        Some((leaf, slot)) => read_slot(pool, leaf, slot),
+        None => None,
+    })
+}
+
+/// Inode number and file type of `name`, compared in place (the path-walk fast path: no
+/// allocation).
+pub fn lookup_ino(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+) -> Result<Option<(u64, u8)>> {
+    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, slot)| {
+        let line = pool.slice(leaf + slot * 64, 64);
+        (
+            u64::from_le_bytes(line[8..16].try_into().unwrap()),
+            line[17],
+        )
+    }))
+}
+
+/// The leaf and slot where `name`'s dentry starts.
+fn find_slot(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<(u64, u64)>> {
+    if root == 0 || name.is_empty() || name.len() > NAME_MAX {
         return Ok(None);
     }
     let hash = name_hash(name);
@@ -146,17 +171,28 @@ pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Opt
     let fp = fingerprint(hash);
     let header = pool.slice(leaf, SLOTS);
     for (i, &b) in header.iter().enumerate() {
-        if b != fp {
-            continue;
-        }
-        if let Some(d) = read_slot(pool, leaf, i as u64 + 1)
-            && d.hash == hash
-            && d.name == name
-        {
-            return Ok(Some(d));
+        let slot = i as u64 + 1;
+        if b == fp && slot_holds(pool, leaf, slot, hash, name) {
+            return Ok(Some((leaf, slot)));
         }
     }
     Ok(None)
+}
+
+/// Whether the dentry at `slot` is `name` (with `hash`), read in place.
+fn slot_holds(pool: &Pool, leaf: u64, slot: u64, hash: u64, name: &[u8]) -> bool {
+    let line = pool.slice(leaf + slot * 64, 64);
+    let len = line[16] as usize;
+    if u64::from_le_bytes(line[0..8].try_into().unwrap()) != hash
+        || len != name.len()
+        || slot + slots_for(len) - 1 > SLOTS
+    {
+        return false;
+    }
+    let first = len.min(INLINE_NAME);
+    line[18..18 + first] == name[..first]
+        && (len <= INLINE_NAME
+            || pool.slice(leaf + (slot + 1) * 64, (len - INLINE_NAME) as u64) == &name[first..])
 }
 
 /// Where a leaf hangs: the inode's root word, or a slot range of an inner node.

@@ -44,10 +44,10 @@ impl Fs {
         loop {
             let s = core.shared.seqs.read_begin(dir);
             let d = inode::read(&core.pool, &core.geo, dir);
-            let found = dir::lookup(&core.pool, &core.geo, d.root, name);
+            let found = dir::lookup_ino(&core.pool, &core.geo, d.root, name);
             let child = match &found {
-                Ok(Some(e)) if e.ino > 0 && e.ino < core.geo.inode_count => {
-                    Some((e.ino, self.read_inode(e.ino)))
+                Ok(Some((ino, _))) if *ino > 0 && *ino < core.geo.inode_count => {
+                    Some((*ino, self.read_inode(*ino)))
                 }
                 _ => None,
             };
@@ -56,9 +56,9 @@ impl Fs {
             }
             return match found? {
                 None => Ok(None),
-                Some(e) => {
+                Some((bad, _)) => {
                     let (ino, data) = child.ok_or_else(|| {
-                        Error::corrupt(format!("entry points to bad inode {}", e.ino))
+                        Error::corrupt(format!("entry points to bad inode {bad}"))
                     })?;
                     Ok(Some((
                         Handle {
