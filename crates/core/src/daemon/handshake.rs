@@ -16,6 +16,24 @@ pub struct Hello {
     pub pool_path: Vec<u8>,
 }
 
+/// Room for one control message carrying one descriptor (u64s keep it aligned).
+fn control_buffer() -> Vec<u64> {
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    vec![0u64; space.div_ceil(8)]
+}
+
+/// A message header over one buffer and a control buffer from `control_buffer`.
+fn header(iov: &mut libc::iovec, cbuf: &mut [u64]) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    hdr.msg_controllen = cbuf.len() * 8;
+    hdr
+}
+
 /// Send the greeting with `fd` attached.
 pub fn send_hello(stream: &UnixStream, hello: &Hello, fd: RawFd) -> io::Result<()> {
     let mut msg = Vec::new();
@@ -32,15 +50,8 @@ pub fn send_hello(stream: &UnixStream, hello: &Hello, fd: RawFd) -> io::Result<(
         iov_base: msg.as_mut_ptr() as *mut libc::c_void,
         iov_len: msg.len(),
     };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-    hdr.msg_controllen = space;
+    let mut cbuf = control_buffer();
+    let hdr = header(&mut iov, &mut cbuf);
     // SAFETY: the control buffer has room for one cmsg carrying one descriptor (CMSG_SPACE),
     // and every pointer written stays inside it.
     unsafe {
@@ -71,15 +82,8 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, OwnedFd)> {
         iov_base: head.as_mut_ptr() as *mut libc::c_void,
         iov_len: head.len(),
     };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-    hdr.msg_controllen = space;
+    let mut cbuf = control_buffer();
+    let mut hdr = header(&mut iov, &mut cbuf);
     // SAFETY: hdr points at live buffers; MSG_WAITALL fills the 32-byte head.
     let n = unsafe {
         libc::recvmsg(
