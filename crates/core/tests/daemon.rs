@@ -339,7 +339,9 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
         },
         Request::CommitWrite {
             target: good,
-            pages: vec![(0, geo.data_off)],
+            // The last data page: never in this client's reservation (batches come from
+            // the front of the area), so the commit must be refused.
+            pages: vec![(0, geo.data_off + (geo.data_pages - 1) * 4096)],
             end: 4096,
             check: None,
         },
