@@ -213,8 +213,16 @@ impl Server {
             taken.push(n);
             Ok(n)
         });
-        match plan {
-            Ok(p) => Ok((p, taken)),
+                match plan {
+            Ok(p) => {
+                // New nodes were zeroed with non-temporal stores: they must be durable before
+                // the record that links them in (a reused metadata page still holds an old
+                // node's pointers). The crash harness's full mode found this.
+                if !taken.is_empty() {
+                    self.pool.fence();
+                }
+                Ok((p, taken))
+            }
             Err(e) => {
                 self.release_nodes(taken);
                 Err(e)
