@@ -94,10 +94,7 @@ fn readers_never_see_torn_writes() {
         // unless the scheduler never ran them alongside the writer (then the test is void).
         assert!(distinct > 1, "the readers never overlapped the writer");
     });
-    assert!(
-        reads.load(Ordering::Relaxed) > 3,
-        "the readers barely ran"
-    );
+    assert!(reads.load(Ordering::Relaxed) > 3, "the readers barely ran");
     assert_eq!(
         fs.read_file("/f").unwrap(),
         generation_image(generations as u8)

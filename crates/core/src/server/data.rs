@@ -213,7 +213,7 @@ impl Server {
             taken.push(n);
             Ok(n)
         });
-                match plan {
+        match plan {
             Ok(p) => {
                 // New nodes were zeroed with non-temporal stores: they must be durable before
                 // the record that links them in (a reused metadata page still holds an old
