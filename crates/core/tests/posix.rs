@@ -1690,6 +1690,13 @@ fn permissions_for_a_non_root_user() {
     fs.write_file("/private/x", b"").unwrap();
     assert_errno(alice.stat("/private/x"), EACCES);
     assert_errno(alice.read_dir("/private"), EACCES);
+    let private = fs.stat("/private").unwrap();
+    let private = alice.handle_of(private.ino).unwrap();
+    assert_errno(alice.lookup_in(private, b"x"), EACCES);
+    assert!(
+        fs.lookup_in(private, b"x").is_ok(),
+        "root may search any directory"
+    );
     // Group permission.
     fs.write_file("/group", b"g").unwrap();
     fs.chown("/group", None, Some(1000)).unwrap();

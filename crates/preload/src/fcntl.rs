@@ -70,7 +70,14 @@ fn fcntl_of(fd: c_int, of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
         libc::F_GETFD | libc::F_SETFD => {
             // SAFETY: close-on-exec is the placeholder descriptor's own flag.
             let r = unsafe { real::fcntl(fd, cmd, arg) };
-            if r < 0 { Err(errno()) } else { Ok(r) }
+            if r < 0 {
+                return Err(errno());
+            }
+            if cmd == libc::F_SETFD && arg as c_int & libc::FD_CLOEXEC == 0 {
+                let _op = op();
+                crate::table::publish_if_inheritable(fd);
+            }
+            Ok(r)
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             let _op = op();
@@ -109,6 +116,19 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     // SAFETY: forwarding unchanged.
     fcntl_impl(fd, cmd, arg, || unsafe { real::fcntl64(fd, cmd, arg) })
+}
+
+/// ioctl goes to the kernel unchanged; FIONCLEX (what Python's `os.set_inheritable` uses)
+/// makes a descriptor survive exec, so its description must be published.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
+    // SAFETY: forwarding unchanged.
+    let r = unsafe { real::ioctl(fd, req, arg) };
+    if r == 0 && req == libc::FIONCLEX && table::is_ours(fd) {
+        let _op = op();
+        table::publish_if_inheritable(fd);
+    }
+    r
 }
 
 #[unsafe(no_mangle)]

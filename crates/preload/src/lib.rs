@@ -20,6 +20,7 @@
 
 pub mod attrs;
 pub mod cwd;
+pub mod desc;
 pub mod dirs;
 pub mod fcntl;
 pub mod io;

@@ -15,7 +15,7 @@ pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> 
         return Err(libc::EOPNOTSUPP);
     }
     let mode = if flags & libc::O_CREAT != 0 {
-        mode & 0o7777 & !crate::ops::umask()
+        mode & 0o7777 & !crate::ops::current_umask()
     } else {
         0
     };
@@ -142,6 +142,7 @@ pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if !table::is_ours(fd) {
+        crate::desc::released(fd, fd);
         // SAFETY: forwarding unchanged.
         return unsafe { real::close(fd) };
     }
@@ -157,6 +158,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && first <= last {
+        crate::desc::released(
+            first.min(c_int::MAX as c_uint) as c_int,
+            last.min(c_int::MAX as c_uint) as c_int,
+        );
         let _op = op();
         table::remove_range(first, last);
     }
@@ -167,6 +172,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(low: c_int) {
     if low >= 0 {
+        crate::desc::released(low, c_int::MAX);
         let _op = op();
         table::remove_range(low as u32, u32::MAX);
     }
@@ -182,6 +188,7 @@ pub fn mirrored(old: c_int, new: c_int) {
     match table::get(old) {
         Some(of) => {
             table::install(new, of);
+            table::publish_if_inheritable(new);
             if new <= 2 {
                 crate::stdio::adopt_std(new);
             }
@@ -206,6 +213,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if !table::is_ours(old) && !table::is_ours(new) {
+        crate::desc::released(new, new);
         // SAFETY: forwarding unchanged.
         return unsafe { real::dup2(old, new) };
     }
@@ -221,6 +229,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if !table::is_ours(old) && !table::is_ours(new) {
+        crate::desc::released(new, new);
         // SAFETY: forwarding unchanged.
         return unsafe { real::dup3(old, new, flags) };
     }

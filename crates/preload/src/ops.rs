@@ -8,6 +8,7 @@ use crate::util::{Res, cstring, errno};
 use engram_core::Fs;
 use libc::c_int;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Return at once to libc when a path is not ours; otherwise evaluate to the routed path
 /// (`Res<Route>`). Allocates nothing on the way to libc.
@@ -70,14 +71,32 @@ pub fn ok<T>(r: engram_core::Result<T>) -> Res<c_int> {
     r.map(|_| 0).map_err(|e| e.errno())
 }
 
-/// The process's umask (read by setting and restoring it).
-pub fn umask() -> u32 {
-    // SAFETY: umask only swaps the process's mask.
-    unsafe {
-        let m = libc::umask(0);
-        libc::umask(m);
-        m
+/// The process's umask as the shim last saw it set (`u32::MAX`: not read yet).
+static UMASK: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// The process's umask: read once (by setting and restoring it), then kept up to date by
+/// the `umask` wrapper, so that a create does not cost two system calls more.
+pub fn current_umask() -> u32 {
+    let m = UMASK.load(Ordering::Relaxed);
+    if m != u32::MAX {
+        return m;
     }
+    // SAFETY: umask only swaps the process's mask.
+    let m = unsafe {
+        let m = crate::real::umask(0);
+        crate::real::umask(m);
+        m
+    };
+    UMASK.store(m, Ordering::Relaxed);
+    m
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umask(mask: libc::mode_t) -> libc::mode_t {
+    // SAFETY: forwarding unchanged.
+    let old = unsafe { crate::real::umask(mask) };
+    UMASK.store(mask & 0o777, Ordering::Relaxed);
+    old
 }
 
 /// A caller's buffer as a slice (empty for a zero length, whatever the pointer).

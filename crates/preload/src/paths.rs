@@ -244,7 +244,7 @@ fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
     guard(-1, || {
         let _op = op();
         match side(r, false)? {
-            Side::Pool(fs, p) => ok(fs.mkdir(&p, mode & 0o7777 & !crate::ops::umask())),
+            Side::Pool(fs, p) => ok(fs.mkdir(&p, mode & 0o7777 & !crate::ops::current_umask())),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::mkdir(p.as_ptr(), mode) }),
         }
@@ -354,7 +354,7 @@ fn mknod_routed(r: Res<Route>, mode: mode_t, dev: libc::dev_t) -> c_int {
                             &engram_core::OpenOptions::new()
                                 .write(true)
                                 .create_new(true)
-                                .mode(mode & 0o7777 & !crate::ops::umask()),
+                                .mode(mode & 0o7777 & !crate::ops::current_umask()),
                         )
                         .map_err(en)?;
                     drop(f);

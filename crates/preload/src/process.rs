@@ -1,6 +1,7 @@
 //! Processes: fork handlers (a child reconnects to the daemon on first use and reopens its
 //! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
-//! and exec: descriptors survive as memfds (see `table`), the virtual current directory as
+//! and exec: descriptors survive as memfds (see `desc`; they are published before fork and
+//! posix_spawn), the virtual current directory as
 //! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged).
 
 use crate::real;
@@ -168,6 +169,11 @@ pub unsafe extern "C" fn fexecve(
     unsafe { real::fexecve(fd, argv, env.as_ptr()) }
 }
 
+fn publish_all() {
+    let _op = crate::session::op();
+    crate::table::publish_all();
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn(
     pid: *mut pid_t,
@@ -177,6 +183,8 @@ pub unsafe extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    // File actions may dup2 a close-on-exec descriptor of ours into the child.
+    publish_all();
     let own = cwd_entry();
     // SAFETY: the caller's environment array.
     let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
@@ -193,6 +201,8 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    // File actions may dup2 a close-on-exec descriptor of ours into the child.
+    publish_all();
     let own = cwd_entry();
     // SAFETY: the caller's environment array.
     let env = unsafe { fixed_env(envp as *const *const c_char, &own) };

@@ -197,6 +197,8 @@ reals! {
     fn scandir64(path: *const c_char, list: *mut *mut *mut dirent64, filter: *const c_void, cmp: *const c_void) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int) [arg: c_ulong] -> c_int;
     fn fcntl64(fd: c_int, cmd: c_int) [arg: c_ulong] -> c_int;
+    fn umask(mask: mode_t) -> mode_t;
+    fn ioctl(fd: c_int, req: c_ulong) [arg: c_ulong] -> c_int;
     fn flock(fd: c_int, op: c_int) -> c_int;
     fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int;
     fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int;

@@ -8,8 +8,8 @@
 
 use crate::route::{outside, strip_mount};
 use crate::util::Res;
-use engram_core::{Fs, Handle};
-use std::collections::VecDeque;
+use engram_core::{Fs, Handle, Metadata};
+use std::borrow::Cow;
 
 const MAX_SYMLINKS: u32 = 40;
 
@@ -20,29 +20,37 @@ pub enum Resolved {
     Outside(Vec<u8>),
 }
 
+/// A resolution and, when the walk looked it up, what the path names.
+pub struct Walk {
+    pub resolved: Resolved,
+    /// The object at the end of the path (the symlink itself when not following), if it
+    /// exists and the walk reached it; `None` says nothing (ask the pool by path).
+    pub found: Option<(Handle, Metadata)>,
+}
+
 fn comps(p: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     p.split(|&b| b == b'/').filter(|c| !c.is_empty())
 }
 
-fn canonical(stack: &[(Vec<u8>, Handle)], last: Option<&[u8]>, trailing: bool) -> Vec<u8> {
-    let mut v = Vec::new();
-    for (name, _) in stack {
-        v.push(b'/');
-        v.extend_from_slice(name);
+/// The next component of `p` at or after `*pos` (skipping slashes), advancing `*pos`.
+fn next_comp<'a>(p: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+    while *pos < p.len() && p[*pos] == b'/' {
+        *pos += 1;
     }
-    if let Some(l) = last {
-        v.push(b'/');
-        v.extend_from_slice(l);
+    if *pos >= p.len() {
+        return None;
     }
-    if v.is_empty() || trailing {
-        v.push(b'/');
+    let start = *pos;
+    while *pos < p.len() && p[*pos] != b'/' {
+        *pos += 1;
     }
-    v
+    Some(&p[start..*pos])
 }
 
-fn rest_of(queue: &VecDeque<Vec<u8>>, trailing: bool) -> Vec<u8> {
+/// "/c" for each remaining component (and a final "/" if `trailing`).
+fn rest_of(rest: &[u8], trailing: bool) -> Vec<u8> {
     let mut v = Vec::new();
-    for c in queue {
+    for c in comps(rest) {
         v.push(b'/');
         v.extend_from_slice(c);
     }
@@ -52,39 +60,85 @@ fn rest_of(queue: &VecDeque<Vec<u8>>, trailing: bool) -> Vec<u8> {
     v
 }
 
+/// The canonical path so far (`out`) with `last` and a trailing slash appended.
+fn finish(mut out: Vec<u8>, last: Option<&[u8]>, trailing: bool) -> Vec<u8> {
+    if let Some(l) = last {
+        out.push(b'/');
+        out.extend_from_slice(l);
+    }
+    if out.is_empty() || trailing {
+        out.push(b'/');
+    }
+    out
+}
+
 /// Resolve `raw` (a path from the pool's root); `follow` decides whether a symlink as the
 /// last component is followed (a trailing slash always follows).
 pub fn resolve(fs: &Fs, raw: &[u8], follow: bool) -> Res<Resolved> {
+    walk(fs, raw, follow, false).map(|w| w.resolved)
+}
+
+/// `resolve`, also reporting what the path names; `look_last` looks the last component up
+/// even when it is not followed.
+pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
     if raw.len() >= libc::PATH_MAX as usize {
         return Err(libc::ENAMETOOLONG);
     }
+    let inside = |p: Vec<u8>, found| {
+        Ok(Walk {
+            resolved: Resolved::Inside(p),
+            found,
+        })
+    };
     let trailing = raw.len() > 1 && raw.ends_with(b"/");
     let follow = follow || trailing;
     let root = fs
         .handle_of(engram_core::layout::ROOT_INO)
         .map_err(|e| e.errno())?;
-    let mut queue: VecDeque<Vec<u8>> = comps(raw).map(|c| c.to_vec()).collect();
-    let mut stack: Vec<(Vec<u8>, Handle)> = Vec::new();
+    // What is left to walk: the caller's path until a symlink replaces it.
+    let mut rest: Cow<[u8]> = Cow::Borrowed(raw);
+    let mut pos = 0;
+    // The canonical path so far, and for each of its components: where it starts in
+    // `out` and the directory it names.
+    let mut out: Vec<u8> = Vec::with_capacity(raw.len() + 1);
+    let mut stack: Vec<(usize, Handle)> = Vec::new();
+    let mut found = None;
     let mut links = 0u32;
-    while let Some(c) = queue.pop_front() {
+    while let Some(c) = next_comp(&rest, &mut pos) {
         if c == b"." {
             continue;
         }
+        found = None;
         if c == b".." {
-            if stack.pop().is_none() {
-                return Ok(Resolved::Outside(outside(&rest_of(&queue, trailing))));
+            match stack.pop() {
+                Some((at, _)) => out.truncate(at),
+                None => {
+                    return Ok(Walk {
+                        resolved: Resolved::Outside(outside(&rest_of(&rest[pos..], trailing))),
+                        found: None,
+                    });
+                }
             }
             continue;
         }
-        let last = queue.iter().all(|q| q == b".");
-        if last && !follow {
-            return Ok(Resolved::Inside(canonical(&stack, Some(&c), trailing)));
-        }
+        let last = comps(&rest[pos..]).all(|q| q == b".");
         let cur = stack.last().map_or(root, |s| s.1);
-        let (h, m) = match fs.lookup_in(cur, &c) {
-            Ok(found) => found,
+        if last && !follow {
+            let f = if look_last {
+                match fs.lookup_in(cur, c) {
+                    Ok(f) => Some(f),
+                    Err(e) if e.errno() == libc::ENOENT => None,
+                    Err(e) => return Err(e.errno()),
+                }
+            } else {
+                None
+            };
+            return inside(finish(out, Some(c), trailing), f);
+        }
+        let (h, m) = match fs.lookup_in(cur, c) {
+            Ok(f) => f,
             Err(e) if e.errno() == libc::ENOENT && last => {
-                return Ok(Resolved::Inside(canonical(&stack, Some(&c), trailing)));
+                return inside(finish(out, Some(c), trailing), None);
             }
             Err(e) => return Err(e.errno()),
         };
@@ -94,33 +148,40 @@ pub fn resolve(fs: &Fs, raw: &[u8], follow: bool) -> Res<Resolved> {
                 return Err(libc::ELOOP);
             }
             let target = fs.readlink_handle(h).map_err(|e| e.errno())?;
-            if target.first() == Some(&b'/') {
+            let mut next = if target.first() == Some(&b'/') {
                 match strip_mount(&target) {
-                    Some(rest) => {
+                    Some(inner) => {
                         stack.clear();
-                        for t in comps(rest).rev() {
-                            queue.push_front(t.to_vec());
-                        }
+                        out.clear();
+                        inner.to_vec()
                     }
                     None => {
                         let mut real = target.clone();
-                        real.extend_from_slice(&rest_of(&queue, trailing));
-                        return Ok(Resolved::Outside(normalize_abs(&real)));
+                        real.extend_from_slice(&rest_of(&rest[pos..], trailing));
+                        return Ok(Walk {
+                            resolved: Resolved::Outside(normalize_abs(&real)),
+                            found: None,
+                        });
                     }
                 }
             } else {
-                for t in comps(&target).rev() {
-                    queue.push_front(t.to_vec());
-                }
-            }
+                target
+            };
+            next.push(b'/');
+            next.extend_from_slice(&rest[pos..]);
+            rest = Cow::Owned(next);
+            pos = 0;
             continue;
         }
         if !last && !m.is_dir() {
             return Err(libc::ENOTDIR);
         }
-        stack.push((c, h));
+        stack.push((out.len(), h));
+        out.push(b'/');
+        out.extend_from_slice(c);
+        found = Some((h, m));
     }
-    Ok(Resolved::Inside(canonical(&stack, None, trailing)))
+    inside(finish(out, None, trailing), found)
 }
 
 /// Remove "." and ".." from an absolute path, lexically.

@@ -1,7 +1,7 @@
 //! The stat family in every form glibc 2.36 exports (stat/lstat/fstat/fstatat and their 64
 //! forms, the old `__xstat` entry points, statx), statfs/statvfs and pathconf.
 
-use crate::ops::{Side, side};
+use crate::resolve::{Resolved, walk};
 use crate::session::{self, op};
 use crate::table::{self, OpenFile};
 use crate::util::{Res, en, errno, guard};
@@ -75,9 +75,19 @@ pub fn stat_routed(
     r: Res<crate::route::Route>,
     follow: bool,
 ) -> Res<Result<Metadata, std::ffi::CString>> {
-    Ok(match side(r, follow)? {
-        Side::Pool(fs, p) => Ok(if follow { fs.stat(&p) } else { fs.lstat(&p) }.map_err(en)?),
-        Side::Real(p) => Err(p),
+    let raw = match r? {
+        crate::route::Route::Ours(raw) => raw,
+        crate::route::Route::Pass => return Err(libc::EINVAL),
+    };
+    let fs = session::fs()?;
+    // The walk has usually looked the object up already: no second walk by path.
+    let w = walk(&fs, &raw, follow, true)?;
+    Ok(match (w.resolved, w.found) {
+        (Resolved::Inside(_), Some((_, m))) => Ok(m),
+        (Resolved::Inside(p), None) => {
+            Ok(if follow { fs.stat(&p) } else { fs.lstat(&p) }.map_err(en)?)
+        }
+        (Resolved::Outside(p), _) => Err(crate::util::cstring(&p)?),
     })
 }
 

@@ -1,27 +1,25 @@
 //! The descriptor table: which kernel descriptor numbers are EngramFS files.
 //!
-//! Every open file description of ours is a small memfd (the placeholder that reserves the
-//! descriptor number) whose one mapped page holds what other processes need: the inode,
-//! the status flags and the offset. `dup`, `fork` and shell redirection share it as they
-//! share any description; an `exec`'d image finds its inherited ones by scanning
-//! /proc/self/fd for memfds named "engram-fd".
+//! Each open file description of ours is an `OpenFile`; its descriptors are placeholders
+//! that reserve the numbers, so that `dup`, `fork` and shell redirection share it as they
+//! share any description. Where its state lives (private memory, or a memfd page once
+//! another process could inherit it) is `desc`'s concern; an `exec`'d image finds its
+//! inherited descriptions by scanning /proc/self/fd for memfds named "engram-fd".
 //!
 //! The table is an array of atomic pointers indexed by descriptor: telling whether a
 //! descriptor is ours is one atomic load, with no lock.
 
+use crate::desc::{self, DESC_MAGIC, DescState};
 use crate::real;
 use crate::session;
 use crate::util::{Res, SpinRw, en};
 use engram_core::{File, Handle, OpenOptions, ReadDir};
-use libc::{c_int, c_void};
-use std::ptr::{NonNull, null_mut};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use libc::c_int;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub const MAX_FDS: usize = 1 << 16;
-const DESC_BYTES: usize = 8192;
-const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD01");
-const MEMFD_NAME: &[u8] = b"engram-fd\0";
 /// Flags that describe the open file (kept for F_GETFL), as opposed to how it was opened.
 const KEEP_FLAGS: c_int = libc::O_ACCMODE
     | libc::O_APPEND
@@ -34,19 +32,6 @@ const KEEP_FLAGS: c_int = libc::O_ACCMODE
     | libc::O_DIRECTORY
     | libc::O_ASYNC;
 
-/// The part of an open file description that lives in shared memory.
-#[repr(C)]
-struct SharedDesc {
-    magic: u64,
-    ino: u64,
-    generation: u32,
-    flags: AtomicU32,
-    offset: AtomicU64,
-    is_dir: u32,
-    path_len: u32,
-    path: [u8; DESC_BYTES - 40],
-}
-
 struct Bound {
     epoch: u64,
     file: File,
@@ -54,7 +39,12 @@ struct Bound {
 
 /// An open file description of ours.
 pub struct OpenFile {
-    desc: NonNull<SharedDesc>,
+    /// The state: `private` until published, then a memfd page.
+    desc: AtomicPtr<DescState>,
+    /// Owns the private state `desc` points to until publication (kept until drop: a
+    /// thread may still hold the old pointer).
+    _private: Option<Box<DescState>>,
+    published: AtomicBool,
     handle: Handle,
     path: Vec<u8>,
     is_dir: bool,
@@ -66,7 +56,7 @@ pub struct OpenFile {
     pub dir: Mutex<Option<(u64, ReadDir)>>,
 }
 
-// SAFETY: the shared page is accessed through atomics (and immutable fields written before
+// SAFETY: the state is accessed through atomics (and immutable fields written before
 // publication); everything else is Sync.
 unsafe impl Send for OpenFile {}
 // SAFETY: as above.
@@ -82,9 +72,30 @@ pub fn release<T>(epoch: u64, v: T) {
 }
 
 impl OpenFile {
-    fn desc(&self) -> &SharedDesc {
-        // SAFETY: the page stays mapped until this object is dropped.
-        unsafe { self.desc.as_ref() }
+    fn desc(&self) -> &DescState {
+        // SAFETY: both the private state and the page live until this object is dropped.
+        unsafe { &*self.desc.load(Ordering::Acquire) }
+    }
+
+    fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Move the state into a memfd page and make every descriptor in `fds` a duplicate of
+    /// that memfd. On failure the description stays private (usable in this process).
+    fn publish(&self, fds: &[c_int]) -> Res<()> {
+        if self.is_published() {
+            return Ok(());
+        }
+        let (memfd, page) = desc::publish(self.desc(), &self.path)?;
+        for &fd in fds {
+            desc::replace(memfd, fd);
+        }
+        // SAFETY: closing the memfd; the descriptors replaced above keep it alive.
+        unsafe { real::close(memfd) };
+        self.desc.store(page.as_ptr(), Ordering::Release);
+        self.published.store(true, Ordering::Release);
+        Ok(())
     }
 
     pub fn handle(&self) -> Handle {
@@ -239,74 +250,33 @@ impl Drop for OpenFile {
             if fd >= 0 {
                 real::close(fd);
             }
-            real::munmap(self.desc.as_ptr() as *mut c_void, DESC_BYTES);
+            if self.is_published() {
+                desc::unmap(self.desc.load(Ordering::Acquire));
+            }
         }
     }
 }
 
-fn map_desc(fd: c_int) -> Res<NonNull<SharedDesc>> {
-    // SAFETY: mapping DESC_BYTES of a memfd that is at least that long.
-    let p = unsafe {
-        real::mmap(
-            null_mut(),
-            DESC_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(crate::util::errno());
-    }
-    NonNull::new(p as *mut SharedDesc).ok_or(libc::ENOMEM)
-}
-
 /// Make a new description for `file` and return the descriptor reserved for it.
 pub fn create(file: File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int> {
-    let mfl = if flags & libc::O_CLOEXEC != 0 {
-        libc::MFD_CLOEXEC
-    } else {
-        0
-    };
-    // SAFETY: memfd_create with a NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr() as *const libc::c_char, mfl) };
-    if fd < 0 {
-        return Err(crate::util::errno());
-    }
-    let fail = |e: c_int| {
-        // SAFETY: closing the memfd we created.
-        unsafe { real::close(fd) };
-        Err(e)
-    };
+    let cloexec = flags & libc::O_CLOEXEC != 0;
+    let fd = desc::placeholder(cloexec)?;
     if fd as usize >= MAX_FDS {
-        return fail(libc::EMFILE);
+        // SAFETY: closing the placeholder we just made.
+        unsafe { real::close(fd) };
+        return Err(libc::EMFILE);
     }
-    // SAFETY: sizing our own memfd.
-    if unsafe { real::ftruncate(fd, DESC_BYTES as libc::off_t) } != 0 {
-        return fail(crate::util::errno());
-    }
-    let desc = match map_desc(fd) {
-        Ok(d) => d,
-        Err(e) => return fail(e),
-    };
     let handle = file.handle();
-    // SAFETY: the fresh page is ours alone until the descriptor is published.
-    unsafe {
-        let d = desc.as_ptr();
-        (*d).ino = handle.ino;
-        (*d).generation = handle.generation;
-        (*d).flags = AtomicU32::new((flags & KEEP_FLAGS) as u32);
-        (*d).offset = AtomicU64::new(0);
-        (*d).is_dir = is_dir as u32;
-        let dst = &mut (*d).path;
-        let n = path.len().min(dst.len());
-        dst[..n].copy_from_slice(&path[..n]);
-        (*d).path_len = n as u32;
-        std::ptr::write_volatile(&mut (*d).magic, DESC_MAGIC);
-    }
+    let mut private = desc::private(
+        handle.ino,
+        handle.generation,
+        (flags & KEEP_FLAGS) as u32,
+        is_dir,
+    );
     let of = OpenFile {
-        desc,
+        desc: AtomicPtr::new(&mut *private),
+        _private: Some(private),
+        published: AtomicBool::new(false),
         handle,
         path: path.to_vec(),
         is_dir,
@@ -318,28 +288,35 @@ pub fn create(file: File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int>
         lock_fd: AtomicI32::new(-1),
         dir: Mutex::new(None),
     };
+    if !cloexec && let Err(e) = of.publish(&[fd]) {
+        // An exec'd image could not find it: fail the open rather than lose it there.
+        // SAFETY: closing the placeholder we just made.
+        unsafe { real::close(fd) };
+        return Err(e);
+    }
     install(fd, Arc::new(of));
     Ok(fd)
 }
 
 /// Take over a description inherited through exec (its file is opened on first use).
 fn adopt(fd: c_int) -> Option<OpenFile> {
-    let desc = map_desc(fd).ok()?;
+    let desc = desc::map(fd).ok()?;
     // SAFETY: the page is mapped; the fields were written before the magic by the creator.
     let d = unsafe { desc.as_ref() };
     if d.magic != DESC_MAGIC {
         // SAFETY: unmapping the page we just mapped.
-        unsafe { real::munmap(desc.as_ptr() as *mut c_void, DESC_BYTES) };
+        unsafe { desc::unmap(desc.as_ptr()) };
         return None;
     }
-    let n = (d.path_len as usize).min(d.path.len());
     Some(OpenFile {
-        desc,
+        desc: AtomicPtr::new(desc.as_ptr()),
+        _private: None,
+        published: AtomicBool::new(true),
         handle: Handle {
             ino: d.ino,
             generation: d.generation,
         },
-        path: d.path[..n].to_vec(),
+        path: desc::page_path(d).to_vec(),
         is_dir: d.is_dir != 0,
         bound: RwLock::new(None),
         pos: Mutex::new(()),
@@ -381,7 +358,7 @@ pub fn adopt_inherited() {
                 buf.as_mut_ptr() as *mut libc::c_char,
                 buf.len(),
             );
-            if n <= 0 || !buf[..n as usize].starts_with(b"/memfd:engram-fd") {
+            if n <= 0 || !buf[..n as usize].starts_with(desc::MEMFD_PREFIX) {
                 continue;
             }
             let mut st: libc::stat = std::mem::zeroed();
@@ -403,6 +380,8 @@ pub fn adopt_inherited() {
 // ------------------------------------------------------------------ the table
 
 static SLOTS: [AtomicPtr<OpenFile>; MAX_FDS] = [const { AtomicPtr::new(null_mut()) }; MAX_FDS];
+/// One past the highest descriptor ever installed: scans of the table stop there.
+static END: AtomicUsize = AtomicUsize::new(0);
 /// Excludes removal while a lookup takes its reference.
 static LOCK: SpinRw = SpinRw::new();
 
@@ -434,6 +413,7 @@ pub fn install(fd: c_int, of: Arc<OpenFile>) {
     if fd < 0 || fd as usize >= MAX_FDS {
         return;
     }
+    END.fetch_max(fd as usize + 1, Ordering::AcqRel);
     let old = {
         let _g = LOCK.write();
         SLOTS[fd as usize].swap(Arc::into_raw(of) as *mut OpenFile, Ordering::AcqRel)
@@ -471,8 +451,52 @@ pub fn clear_all() {
     remove_range(0, (MAX_FDS - 1) as u32);
 }
 
+/// The descriptors in the table that refer to `of` (the caller holds `LOCK`).
+fn descriptors_of(of: *const OpenFile) -> Vec<c_int> {
+    let end = END.load(Ordering::Acquire).min(MAX_FDS);
+    (0..end)
+        .filter(|&fd| std::ptr::eq(SLOTS[fd].load(Ordering::Acquire), of))
+        .map(|fd| fd as c_int)
+        .collect()
+}
+
+/// Publish the description of `fd` if it is private and `fd` would survive exec.
+pub fn publish_if_inheritable(fd: c_int) {
+    let Some(of) = get(fd) else { return };
+    if of.is_published() || desc::is_cloexec(fd) {
+        return;
+    }
+    let _g = LOCK.write();
+    let _ = of.publish(&descriptors_of(Arc::as_ptr(&of)));
+}
+
+/// Publish every private description (before fork; the caller holds the table lock).
+fn publish_all_locked() {
+    let end = END.load(Ordering::Acquire).min(MAX_FDS);
+    let mut private: Vec<(*const OpenFile, c_int)> = (0..end)
+        .filter_map(|fd| {
+            let p = SLOTS[fd].load(Ordering::Acquire);
+            // SAFETY: the slot's reference keeps `p` alive while we hold the table lock.
+            (!p.is_null() && !unsafe { &*p }.is_published()).then_some((p as *const _, fd as c_int))
+        })
+        .collect();
+    private.sort_unstable();
+    for group in private.chunk_by(|a, b| a.0 == b.0) {
+        let fds: Vec<c_int> = group.iter().map(|&(_, fd)| fd).collect();
+        // SAFETY: as above.
+        let _ = unsafe { &*group[0].0 }.publish(&fds);
+    }
+}
+
+/// Publish every private description (before posix_spawn and the like).
+pub fn publish_all() {
+    let _g = LOCK.write();
+    publish_all_locked();
+}
+
 pub fn lock_for_fork() {
     LOCK.write_lock();
+    publish_all_locked();
 }
 
 pub fn unlock_after_fork() {

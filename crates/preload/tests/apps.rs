@@ -59,6 +59,26 @@ os.lseek(fd, 0, 0)
 assert os.read(fd, 100) == b'abcdefchild!'
 for x in (fd, fd2, 30):
     os.close(x)
+# a close-on-exec description (private to this process until a fork) shares its offset
+# with a forked child
+h = os.open(root + '/p', os.O_RDWR | os.O_CREAT, 0o600)
+os.write(h, b'parent')
+pid = os.fork()
+if pid == 0:
+    os.write(h, b'+child')
+    os._exit(0)
+os.waitpid(pid, 0)
+assert os.lseek(h, 0, os.SEEK_CUR) == 12
+# made inheritable with F_SETFD, a descriptor survives an exec with no fork before it
+pid = os.fork()
+if pid == 0:
+    k = os.open(root + '/p', os.O_WRONLY | os.O_APPEND)
+    os.set_inheritable(k, True)
+    os.execv('/bin/sh', ['sh', '-c', 'printf +exec >&%d' % k])
+assert os.waitpid(pid, 0)[1] == 0
+os.lseek(h, 0, 0)
+assert os.read(h, 100) == b'parent+child+exec'
+os.close(h)
 # a child process writes through an inherited descriptor
 with open(root + '/sub.txt', 'w') as f:
     subprocess.run(['/bin/echo', 'from child'], stdout=f, check=True)

@@ -31,14 +31,19 @@ impl Fs {
         Ok(Metadata::from_inode(h.ino, &d))
     }
 
-    /// Look one name up in a directory.
+    /// Look one name up in a directory (search permission on it checked against the
+    /// caller's credentials, as a path walk checks it).
     pub fn lookup_in(&self, dir: Handle, name: &[u8]) -> Result<(Handle, Metadata)> {
-        let d = self.stat_handle(dir)?;
-        if !d.is_dir() {
+        let data = self.read_inode(dir.ino);
+        if data.is_free() || data.generation != dir.generation {
+            return Err(Error::ESTALE);
+        }
+        if !data.is_dir() {
             return Err(Error::ENOTDIR);
         }
+        crate::perm::check(&self.creds, &data, crate::perm::X)?;
         match name {
-            b"." => return Ok((dir, d)),
+            b"." => return Ok((dir, Metadata::from_inode(dir.ino, &data))),
             b".." => {
                 let p = self.read_inode(dir.ino).parent;
                 let h = self.handle_of(p)?;

@@ -1,0 +1,198 @@
+//! Where an open file description's state lives: the inode, the status flags, the offset
+//! and the path it was opened by.
+//!
+//! Other processes see a description only through a kernel descriptor they inherit (fork,
+//! exec, posix_spawn), so a new one starts private: its state in this process's memory,
+//! its number reserved by a duplicate of the shim's /dev/null descriptor (well under a
+//! microsecond). It is
+//! *published* — the state copied into a page of a memfd named "engram-fd", and every
+//! descriptor of it replaced by that memfd at the same number — as soon as it could be
+//! inherited: at open when it is not close-on-exec, when a descriptor of it stops being
+//! close-on-exec, and before fork and posix_spawn. A forked child then shares the page (and
+//! the offset) with its parent, and an exec'd image finds it by the memfd's name. Creating
+//! and mapping a memfd costs about 20 µs; most descriptions (databases open everything
+//! close-on-exec) never need one.
+
+use crate::real;
+use crate::util::{Res, errno};
+use libc::{c_int, c_void};
+use std::ptr::{NonNull, null_mut};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+pub const DESC_BYTES: usize = 8192;
+pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD01");
+pub const MEMFD_PREFIX: &[u8] = b"/memfd:engram-fd";
+const MEMFD_NAME: &[u8] = b"engram-fd\0";
+
+/// The state of a description: the head of its memfd page once published.
+#[repr(C)]
+pub struct DescState {
+    pub magic: u64,
+    pub ino: u64,
+    pub generation: u32,
+    pub flags: AtomicU32,
+    pub offset: AtomicU64,
+    pub is_dir: u32,
+    pub path_len: u32,
+}
+
+/// A published description's memfd page: the state, then the path.
+#[repr(C)]
+struct DescPage {
+    state: DescState,
+    path: [u8; DESC_BYTES - std::mem::size_of::<DescState>()],
+}
+
+/// The state of a new description, in this process's memory (the path stays with the
+/// caller until the description is published).
+pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> Box<DescState> {
+    Box::new(DescState {
+        magic: DESC_MAGIC,
+        ino,
+        generation,
+        flags: AtomicU32::new(flags),
+        offset: AtomicU64::new(0),
+        is_dir: is_dir as u32,
+        path_len: 0,
+    })
+}
+
+/// The path stored in a published page.
+pub fn page_path(state: &DescState) -> &[u8] {
+    // SAFETY: `state` heads a mapped DescPage (the caller got it from `map`).
+    let page = unsafe { &*(state as *const DescState as *const DescPage) };
+    &page.path[..(state.path_len as usize).min(page.path.len())]
+}
+
+/// A descriptor of /dev/null opened by the shim, duplicated to reserve numbers.
+static NULL_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// The program closed or replaced descriptors `first..=last` (close, dup2, close_range):
+/// if ours was among them, open another, so that a placeholder never holds open a file of
+/// the program's that took the number.
+#[inline]
+pub fn released(first: c_int, last: c_int) {
+    let fd = NULL_FD.load(Ordering::Relaxed);
+    if fd >= 0 && (first..=last).contains(&fd) {
+        let _ = NULL_FD.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+fn dev_null() -> Res<c_int> {
+    let fd = NULL_FD.load(Ordering::Acquire);
+    if fd >= 0 {
+        return Ok(fd);
+    }
+    // SAFETY: opening /dev/null with the real call.
+    let fd = unsafe { real::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fd = crate::util::move_high(fd);
+    NULL_FD.store(fd, Ordering::Release);
+    Ok(fd)
+}
+
+/// A new descriptor number (the lowest free, as open gives) for a private description.
+pub fn placeholder(cloexec: bool) -> Res<c_int> {
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: duplicating our /dev/null descriptor.
+    let fd = unsafe { real::fcntl(dev_null()?, cmd, 0) };
+    if fd < 0 { Err(errno()) } else { Ok(fd) }
+}
+
+pub fn map(fd: c_int) -> Res<NonNull<DescState>> {
+    // SAFETY: mapping DESC_BYTES of a memfd that is at least that long.
+    let p = unsafe {
+        real::mmap(
+            null_mut(),
+            DESC_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    NonNull::new(p as *mut DescState).ok_or(libc::ENOMEM)
+}
+
+/// # Safety
+/// `p` came from `map` and nothing uses it any more.
+pub unsafe fn unmap(p: *mut DescState) {
+    // SAFETY: per the contract.
+    unsafe { real::munmap(p as *mut c_void, DESC_BYTES) };
+}
+
+/// A memfd (close-on-exec) holding a copy of `from` with `path`, and its mapped page.
+pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)> {
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let fd = unsafe {
+        libc::memfd_create(
+            MEMFD_NAME.as_ptr() as *const libc::c_char,
+            libc::MFD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fail = |e: c_int| {
+        // SAFETY: closing the memfd we created.
+        unsafe { real::close(fd) };
+        Err(e)
+    };
+    // SAFETY: sizing our own memfd.
+    if unsafe { real::ftruncate(fd, DESC_BYTES as libc::off_t) } != 0 {
+        return fail(errno());
+    }
+    let page = match map(fd) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: the fresh page is ours alone until the descriptors are replaced.
+    unsafe {
+        let d = page.as_ptr() as *mut DescPage;
+        let dst = &mut (*d).path;
+        let n = path.len().min(dst.len());
+        dst[..n].copy_from_slice(&path[..n]);
+        let st = &mut (*d).state;
+        st.ino = from.ino;
+        st.generation = from.generation;
+        st.flags = AtomicU32::new(from.flags.load(Ordering::Acquire));
+        st.offset = AtomicU64::new(from.offset.load(Ordering::Acquire));
+        st.is_dir = from.is_dir;
+        st.path_len = n as u32;
+        std::ptr::write_volatile(&mut st.magic, DESC_MAGIC);
+    }
+    Ok((fd, page))
+}
+
+/// Make descriptor `fd` a duplicate of the memfd `memfd`, keeping its close-on-exec flag.
+pub fn replace(memfd: c_int, fd: c_int) {
+    // SAFETY: reading and replacing one of our own descriptors with the real calls.
+    unsafe {
+        let fl = real::fcntl(fd, libc::F_GETFD, 0);
+        if fl < 0 {
+            return;
+        }
+        let cloexec = if fl & libc::FD_CLOEXEC != 0 {
+            libc::O_CLOEXEC
+        } else {
+            0
+        };
+        real::dup3(memfd, fd, cloexec);
+    }
+}
+
+/// Whether a descriptor is close-on-exec.
+pub fn is_cloexec(fd: c_int) -> bool {
+    // SAFETY: reading a descriptor flag with the real call.
+    let fl = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+    fl >= 0 && fl & libc::FD_CLOEXEC != 0
+}
