@@ -169,14 +169,41 @@ fn find_slot(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Opti
     let hash = name_hash(name);
     let leaf = find_leaf(pool, geo, root, hash, false)?.leaf;
     let fp = fingerprint(hash);
-    let header = pool.slice(leaf, SLOTS);
-    for (i, &b) in header.iter().enumerate() {
-        let slot = i as u64 + 1;
-        if b == fp && slot_holds(pool, leaf, slot, hash, name) {
-            return Ok(Some((leaf, slot)));
+    let header = pool.slice(leaf, 64);
+    // Word by word, so that the usual case (a match among the first slots) stops early.
+    for word in 0..8 {
+        let mut candidates = header_word_mask(header, word, fp);
+        while candidates != 0 {
+            let slot = word * 8 + candidates.trailing_zeros() as u64 + 1;
+            if slot_holds(pool, leaf, slot, hash, name) {
+                return Ok(Some((leaf, slot)));
+            }
+            candidates &= candidates - 1;
         }
     }
     Ok(None)
+}
+
+/// Bit `i` set where the fingerprint of slot `8 * word + i + 1` in `leaf`'s header line
+/// equals `fp`: eight header bytes compared at once (SWAR) instead of a byte loop.
+fn header_word_mask(header: &[u8], word: u64, fp: u8) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    // Multiplying the flags (bit 8j of each byte j) by this gathers them into bits 56..64.
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let at = word as usize * 8;
+    let bytes: [u8; 8] = header[at..at + 8].try_into().unwrap();
+    let x = u64::from_le_bytes(bytes) ^ u64::from_ne_bytes([fp; 8]);
+    // 0x80 in each byte of x that is zero, nothing elsewhere (no carries between bytes).
+    let zero = !(((x & LOW7) + LOW7) | x | LOW7);
+    let mask = (zero >> 7).wrapping_mul(GATHER) >> 56;
+    // Byte 63 of the header line is not a slot.
+    if word == 7 { mask & 0x7f } else { mask }
+}
+
+/// `header_word_mask` over the whole header line: bit `i` for slot `i + 1`.
+fn header_mask(pool: &Pool, leaf: u64, fp: u8) -> u64 {
+    let header = pool.slice(leaf, 64);
+    (0..8).fold(0, |m, w| m | header_word_mask(header, w, fp) << (w * 8))
 }
 
 /// Whether the dentry at `slot` is `name` (with `hash`), read in place.
@@ -407,25 +434,22 @@ pub fn find_space(
     let k = slots_for(name.len());
     let hash = name_hash(name);
     let loc = find_leaf(pool, geo, root, hash, false)?;
-    let header = pool.slice(loc.leaf, SLOTS);
-    let taken = |slot: u64| {
-        claimed
-            .iter()
-            .any(|&(l, s, n)| l == loc.leaf && slot >= s && slot < s + n)
-    };
-    let mut run = 0;
-    for (i, &b) in header.iter().enumerate() {
-        run = if b == 0 && !taken(i as u64 + 1) {
-            run + 1
-        } else {
-            0
-        };
-        if run == k {
-            return Ok(Space::Free {
-                leaf: loc.leaf,
-                slot: i as u64 + 2 - k,
-            });
+    let mut free = header_mask(pool, loc.leaf, 0);
+    for &(l, s, n) in claimed {
+        if l == loc.leaf && (1..=SLOTS).contains(&s) {
+            free &= !(((1u64 << n.min(SLOTS)) - 1) << (s - 1));
         }
+    }
+    // Bit i survives where slots i+1 ..= i+k are all free.
+    let mut run = free;
+    for shift in 1..k {
+        run &= free >> shift;
+    }
+    if run != 0 {
+        return Ok(Space::Free {
+            leaf: loc.leaf,
+            slot: run.trailing_zeros() as u64 + 1,
+        });
     }
     Ok(Space::Full(find_leaf(pool, geo, root, hash, true)?))
 }
@@ -584,6 +608,29 @@ mod tests {
         assert_eq!(slots_for(46), 1);
         assert_eq!(slots_for(47), 2);
         assert_eq!(slots_for(255), 5);
+    }
+
+    #[test]
+    fn header_mask_matches_a_byte_by_byte_scan() {
+        let pool = Pool::anonymous(1 << 20).unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for round in 0..200 {
+            let mut line = [0u8; 64];
+            for b in line.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Few distinct values, so that matches, zeros and 0x80/0xFF bytes abound.
+                *b = [0u8, 1, 0x7f, 0x80, 0xfe, 0xff, (x >> 8) as u8][(x % 7) as usize];
+            }
+            pool.write(0, &line);
+            for fp in [0u8, 1, 0x7f, 0x80, 0xfe, 0xff, round as u8] {
+                let want = (0..SLOTS as usize)
+                    .filter(|&i| line[i] == fp)
+                    .fold(0u64, |m, i| m | 1 << i);
+                assert_eq!(header_mask(&pool, 0, fp), want, "fp {fp:#x} line {line:?}");
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod alloc;
 pub mod dir;
 pub mod epoch;
 pub mod error;
+pub(crate) mod fasthash;
 pub mod index;
 pub mod inode;
 pub mod layout;

@@ -15,6 +15,7 @@ pub use readdir::{DirEntry, ReadDir};
 
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
+use crate::fasthash::FastMap;
 use crate::inode::{self, InodeData};
 use crate::layout::{Geometry, ROOT_INO, Superblock};
 use crate::perm::Creds;
@@ -23,7 +24,6 @@ use crate::recovery;
 use crate::request::{Handle, Request, Response};
 use crate::server::{ClientId, FsckReport, Server, Shared};
 use engram_pmem::{Media, Pool};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -64,7 +64,7 @@ pub(crate) struct Core {
     pub shared: Arc<Shared>,
     transport: Transport,
     reserve: Mutex<Vec<u64>>,
-    locks: Mutex<HashMap<u64, Arc<RangeLock>>>,
+    locks: Mutex<FastMap<u64, Arc<RangeLock>>>,
     info: MountInfo,
 }
 
@@ -133,7 +133,7 @@ impl Fs {
                 shared,
                 transport: Transport::InProcess(Box::new(Mutex::new(server))),
                 reserve: Mutex::new(Vec::new()),
-                locks: Mutex::new(HashMap::new()),
+                locks: Mutex::new(FastMap::default()),
                 info,
             }),
             creds: Arc::new(opts.creds.clone().unwrap_or_else(Creds::current)),
@@ -175,7 +175,7 @@ impl Fs {
                 shared,
                 transport: Transport::Remote(remote),
                 reserve: Mutex::new(Vec::new()),
-                locks: Mutex::new(HashMap::new()),
+                locks: Mutex::new(FastMap::default()),
                 info,
             }),
             creds: Arc::new(Creds::current()),

@@ -157,12 +157,13 @@ impl Fs {
             return Err(Error::EINVAL);
         }
         let (mut dir, mut dir_data) = self.start(base, path)?;
-        let comps: Vec<&[u8]> = path
+        let trailing_slash = path.ends_with(b"/");
+        // Walk the components in place; each is known to be the last once no other follows.
+        let mut comps = path
             .split(|&b| b == b'/')
             .filter(|c| !c.is_empty())
-            .collect();
-        let trailing_slash = path.ends_with(b"/");
-        let Some((&last, inner)) = comps.split_last() else {
+            .peekable();
+        let Some(mut c) = comps.next() else {
             return Ok(Parent {
                 dir,
                 dir_data,
@@ -170,12 +171,14 @@ impl Fs {
                 trailing_slash,
             });
         };
-        for (i, &c) in inner.iter().enumerate() {
-            if c.len() > dir::NAME_MAX {
+        while let Some(&next) = comps.peek() {
+            comps.next();
+            let this = std::mem::replace(&mut c, next);
+            if this.len() > dir::NAME_MAX {
                 return Err(Error::ENAMETOOLONG);
             }
             perm::check(&self.creds, &dir_data, X)?;
-            match c {
+            match this {
                 b"." => continue,
                 b".." => {
                     (dir, dir_data) = self.parent_of(dir.ino);
@@ -183,20 +186,19 @@ impl Fs {
                 }
                 _ => {}
             }
-            let (h, d) = self.lookup_child_pinned(dir.ino, c)?.ok_or(Error::ENOENT)?;
+            let (h, d) = self
+                .lookup_child_pinned(dir.ino, this)?
+                .ok_or(Error::ENOENT)?;
             if d.is_symlink() {
                 *links += 1;
                 if *links > MAX_SYMLINKS {
                     return Err(Error::ELOOP);
                 }
+                // The link's target followed by the rest of the path (which starts with '/'
+                // and keeps any trailing slash).
+                let end = this.as_ptr() as usize - path.as_ptr() as usize + this.len();
                 let mut p = self.readlink_data(h.ino, &d)?;
-                for rest in &comps[i + 1..] {
-                    p.push(b'/');
-                    p.extend_from_slice(rest);
-                }
-                if trailing_slash {
-                    p.push(b'/');
-                }
+                p.extend_from_slice(&path[end..]);
                 return self.resolve_parent_counted(Some(dir), &p, links);
             }
             if !d.is_dir() {
@@ -204,6 +206,7 @@ impl Fs {
             }
             (dir, dir_data) = (h, d);
         }
+        let last = c;
         if !dir_data.is_dir() {
             return Err(Error::ENOTDIR);
         }
@@ -244,9 +247,11 @@ impl Fs {
         let _pin = self.core.shared.epochs.pin();
         let mut links = 0;
         let mut base = base;
-        let mut path = path.to_vec();
+        // The caller's path until a symlink's target replaces it.
+        let mut target: Option<Vec<u8>> = None;
         loop {
-            let p = self.resolve_parent_counted(base, &path, &mut links)?;
+            let path = target.as_deref().unwrap_or(path);
+            let p = self.resolve_parent_counted(base, path, &mut links)?;
             let Some(name) = p.name else {
                 return Ok((p.dir, p.dir_data));
             };
@@ -258,10 +263,11 @@ impl Fs {
                 if links > MAX_SYMLINKS {
                     return Err(Error::ELOOP);
                 }
-                path = self.readlink_data(h.ino, &d)?;
+                let mut t = self.readlink_data(h.ino, &d)?;
                 if p.trailing_slash {
-                    path.push(b'/');
+                    t.push(b'/');
                 }
+                target = Some(t);
                 base = Some(p.dir);
                 continue;
             }

@@ -13,13 +13,13 @@ mod namespace;
 use crate::alloc::{Allocator, Item};
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
+use crate::fasthash::{FastMap, FastSet};
 use crate::inode::{self, InodeData, field};
 use crate::layout::{Geometry, Superblock, now_ns};
 use crate::oplog::{self, Entry, Log, LogHead};
 use crate::perm::Creds;
 use crate::request::{Handle, Request, Response, StatFs};
 use engram_pmem::Pool;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 pub use data::zero_range_beyond_eof;
@@ -55,10 +55,10 @@ pub struct Server {
     /// Number of checkpoints taken since the pool was opened.
     checkpoints: u64,
     /// Open handles per inode, for files that stay alive after their last name is removed.
-    open: HashMap<u64, u32>,
-    reservations: HashMap<ClientId, HashSet<u64>>,
+    open: FastMap<u64, u32>,
+    reservations: FastMap<ClientId, FastSet<u64>>,
     /// Open handles per client, released when the client goes away.
-    opened_by: HashMap<ClientId, HashMap<u64, u32>>,
+    opened_by: FastMap<ClientId, FastMap<u64, u32>>,
     /// Pending frees at which `retire` next tries to reclaim.
     reclaim_at: usize,
     /// Set by `shutdown`: the pool is marked clean and takes no more requests.
@@ -87,9 +87,9 @@ impl Server {
             alloc,
             shared,
             checkpoints: 0,
-            open: HashMap::new(),
-            reservations: HashMap::new(),
-            opened_by: HashMap::new(),
+            open: FastMap::default(),
+            reservations: FastMap::default(),
+            opened_by: FastMap::default(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
         }
