@@ -4,7 +4,7 @@ use crate::error::{CliError, Result};
 use crate::pool;
 use crate::serve::default_socket;
 use engram_core::Fs;
-use engram_fuse::{MountOptions, check_mount_point, mount, mount_with};
+use engram_fuse::{MountOptions, check_mount_point, mount_with};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -15,7 +15,8 @@ pub struct Args {
     pub pool: PathBuf,
     /// Mount point (an existing, empty directory)
     pub dir: PathBuf,
-    /// Stay in the foreground until unmounted (SIGINT/SIGTERM unmount)
+    /// Stay in the foreground until unmounted (SIGINT/SIGTERM/SIGHUP unmount); says
+    /// `mounted POOL at DIR` once the mount is live
     #[arg(long)]
     pub foreground: bool,
     /// Mount options: allow_other, ro, rw (comma-separated)
@@ -50,7 +51,8 @@ pub fn run(a: &Args) -> Result<()> {
     check_mount_point(&a.dir).map_err(|e| CliError::new(e.to_string()))?;
     if a.foreground {
         let fs = open(a)?;
-        return mount(fs, &a.dir, &opts).map_err(|e| CliError::new(e.to_string()));
+        let live = || out!("mounted {} at {}", a.pool.display(), a.dir.display());
+        return mount_with(fs, &a.dir, &opts, live).map_err(|e| CliError::new(e.to_string()));
     }
     background(a, &opts)
 }
