@@ -4,7 +4,7 @@ use crate::error::{CliError, Result};
 use crate::pool;
 use crate::serve::default_socket;
 use engram_core::Fs;
-use engram_fuse::{MountOptions, check_mount_point, mount, mount_with};
+use engram_fuse::{MountOptions, check_mount_point, mount_with};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -15,7 +15,8 @@ pub struct Args {
     pub pool: PathBuf,
     /// Mount point (an existing, empty directory)
     pub dir: PathBuf,
-    /// Stay in the foreground until unmounted (SIGINT/SIGTERM unmount)
+    /// Stay in the foreground until unmounted (SIGINT/SIGTERM/SIGHUP unmount); says
+    /// `mounted POOL at DIR` once the mount is live
     #[arg(long)]
     pub foreground: bool,
     /// Mount options: allow_other, ro, rw (comma-separated)
@@ -48,11 +49,19 @@ pub fn run(a: &Args) -> Result<()> {
         .parse()
         .map_err(CliError::new)?;
     check_mount_point(&a.dir).map_err(|e| CliError::new(e.to_string()))?;
-    let fs = open(a)?;
     if a.foreground {
-        return mount(fs, &a.dir, &opts).map_err(|e| CliError::new(e.to_string()));
+        let fs = open(a)?;
+        let live = || out!("mounted {} at {}", a.pool.display(), a.dir.display());
+        return mount_with(fs, &a.dir, &opts, live).map_err(|e| CliError::new(e.to_string()));
     }
-    // Background: the child serves the mount; the parent returns once it is live.
+    background(a, &opts)
+}
+
+/// Background: the child opens the pool and serves the mount; the parent returns once the
+/// mount is live, or fails with the child's error. The parent never opens the pool: an
+/// `Fs` dropped there would mark the pool clean (or, for a daemon's pool, return the
+/// reservations) under the child that is still serving it.
+fn background(a: &Args, opts: &MountOptions) -> Result<()> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two descriptors we then own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -64,8 +73,8 @@ pub fn run(a: &Args) -> Result<()> {
     // SAFETY: both descriptors were just created by pipe2.
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: no threads run yet in this process (opening a pool starts none), so the child
-    // may continue normally.
+    // SAFETY: no other thread runs in this process yet (nothing before this point starts
+    // one), so the child may continue normally.
     match unsafe { libc::fork() } {
         -1 => Err(CliError::new(format!(
             "fork: {}",
@@ -86,9 +95,13 @@ pub fn run(a: &Args) -> Result<()> {
                 }
             }
             let mut w = std::fs::File::from(write_end);
-            let r = mount_with(fs, &a.dir, &opts, || {
-                let _ = w.write_all(b"1");
-            });
+            let r = match open(a) {
+                Ok(fs) => mount_with(fs, &a.dir, opts, || {
+                    let _ = w.write_all(b"1");
+                })
+                .map_err(|e| CliError::new(e.to_string())),
+                Err(e) => Err(e),
+            };
             let code = match r {
                 Ok(()) => 0,
                 Err(e) => {
@@ -100,7 +113,6 @@ pub fn run(a: &Args) -> Result<()> {
         }
         _ => {
             drop(write_end);
-            drop(fs);
             // One byte says whether the mount is live; a failure sends its message after it.
             let mut r = std::fs::File::from(read_end);
             let mut first = [0u8; 1];

@@ -113,8 +113,7 @@ fn mount_of_a_pool_shared_through_the_daemon() {
     use engram_core::daemon::{ServeOptions, serve};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: /dev/fuse is absent, so FUSE mounts cannot be tested here");
+    if !fuse_present() {
         return;
     }
     let s = Scratch::new("shared");

@@ -1,6 +1,6 @@
 //! EngramFS on a real FUSE mount, driven by the ordinary tools (coreutils, find, tar, dd,
 //! sqlite3, git), then checked through the Rust API after unmounting. Every test skips, with
-//! a message, only where /dev/fuse is absent or this process may not mount.
+//! a message, only where /dev/fuse is absent.
 
 mod support;
 

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use engram_core::{Fs, Options};
-use engram_fuse::{MountError, MountHandle, MountOptions, spawn_mount};
+use engram_fuse::{MountHandle, MountOptions, spawn_mount};
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -49,10 +49,10 @@ impl Scratch {
         d
     }
 
-    /// Mount the pool, or `None` (after saying why) where this machine cannot mount FUSE.
+    /// Mount the pool, or `None` (after saying so) where `/dev/fuse` is absent: the only
+    /// reason to skip. Where the device exists, failing to mount fails the test.
     pub fn mount(&self, opts: &MountOptions) -> Option<MountHandle> {
-        if !Path::new("/dev/fuse").exists() {
-            eprintln!("SKIPPED: /dev/fuse is absent, so FUSE mounts cannot be tested here");
+        if !fuse_present() {
             return None;
         }
         self.mount_fs(self.open(), opts)
@@ -60,19 +60,23 @@ impl Scratch {
 
     /// Mount `fs` (opened or connected by the caller), or `None` as `mount` says.
     pub fn mount_fs(&self, fs: Fs, opts: &MountOptions) -> Option<MountHandle> {
+        if !fuse_present() {
+            return None;
+        }
         match spawn_mount(fs, &self.mnt, opts) {
             Ok(h) => Some(h),
-            Err(e @ MountError::NoFuse(_)) => {
-                eprintln!("SKIPPED: {e}");
-                None
-            }
-            Err(e) if matches!(e.errno(), libc::EPERM | libc::EACCES) => {
-                eprintln!("SKIPPED: this process may not mount FUSE: {e}");
-                None
-            }
-            Err(e) => panic!("mount failed: {e}"),
+            Err(e) => panic!("mount failed although /dev/fuse exists: {e}"),
         }
     }
+}
+
+/// Whether `/dev/fuse` exists; says why the test skips when it does not.
+pub fn fuse_present() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return true;
+    }
+    eprintln!("SKIPPED: /dev/fuse is absent, so FUSE mounts cannot be tested here");
+    false
 }
 
 impl Drop for Scratch {
