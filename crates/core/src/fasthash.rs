@@ -20,7 +20,10 @@ impl FastHasher {
 
 impl Hasher for FastHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The product's low bits depend only on the key's low bits, and page offsets have
+        // twelve zero bits there: rotate the well-mixed high bits down, where hashbrown
+        // picks the bucket.
+        self.0.rotate_left(26)
     }
 
     fn write(&mut self, bytes: &[u8]) {

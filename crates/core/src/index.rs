@@ -7,10 +7,10 @@
 //! published.
 
 use crate::error::{Error, Result};
+use crate::fasthash::FastMap;
 use crate::layout::{Geometry, PAGE};
 use crate::oplog::Entry;
 use engram_pmem::Pool;
-use std::collections::HashMap;
 
 const FANOUT: u64 = 512;
 pub const MAX_HEIGHT: u32 = 4;
@@ -238,7 +238,7 @@ pub fn plan_set(
     if need > MAX_HEIGHT {
         return Err(Error::EFBIG);
     }
-    let mut overlay: HashMap<u64, u64> = HashMap::new();
+    let mut overlay: FastMap<u64, u64> = FastMap::default();
     let mut fresh_node = |plan: &mut Plan| -> Result<u64> {
         let n = alloc_node()?;
         pool.zero_nt(n, PAGE);

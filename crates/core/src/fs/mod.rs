@@ -355,6 +355,10 @@ impl Drop for Core {
                     );
                 }
                 let _ = server.shutdown();
+                // Release the pool's lock now: a child forked by another thread shares the
+                // open file (and so the lock) until it execs, and would keep the pool "in
+                // use" for a moment after this unmount.
+                let _ = self.pool.unlock();
             }
             Transport::Remote(r) => {
                 if !pages.is_empty() {

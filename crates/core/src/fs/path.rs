@@ -43,8 +43,12 @@ impl Fs {
         let core = &*self.core;
         loop {
             let s = core.shared.seqs.read_begin(dir);
-            let d = inode::read(&core.pool, &core.geo, dir);
-            let found = dir::lookup_ino(&core.pool, &core.geo, d.root, name);
+            // Only the trie root is needed from the directory's inode (its other fields were
+            // checked by the caller): one load instead of decoding the whole inode.
+            let root = core
+                .pool
+                .load_u64(core.geo.inode_addr(dir) + inode::field::ROOT);
+            let found = dir::lookup_ino(&core.pool, &core.geo, root, name);
             let child = match &found {
                 Ok(Some((ino, _))) if *ino > 0 && *ino < core.geo.inode_count => {
                     Some((*ino, self.read_inode(*ino)))
