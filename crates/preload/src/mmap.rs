@@ -209,9 +209,10 @@ macro_rules! mmaps {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+    crate::guarded!(libc::MAP_FAILED, {
             if flags & libc::MAP_ANONYMOUS != 0 {
                 // SAFETY: forwarding unchanged.
-                return unsafe { real::$name(addr, len, prot, flags, fd, off) };
+                return Ok(unsafe { real::$name(addr, len, prot, flags, fd, off) });
             }
             let of = ours!(fd, real::$name(addr, len, prot, flags, fd, off));
             guard(libc::MAP_FAILED, || {
@@ -229,7 +230,8 @@ macro_rules! mmaps {
                     snapshot(&of, addr, len, prot, flags, off as u64)
                 }
             })
-        }
+        })
+}
     )*};
 }
 mmaps!(mmap, mmap64);
@@ -274,52 +276,56 @@ fn forget(m: Mapping) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
-    if NMAPS.load(Ordering::Acquire) == 0 {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::msync(addr, len, flags) };
-    }
-    let r = guard(-1, || {
-        let _op = op();
-        let a = addr as usize;
-        for m in maps().iter() {
-            write_back(m, a, a.saturating_add(len))?;
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::msync(addr, len, flags) });
         }
-        Ok(0)
-    });
-    if r < 0 {
-        return r;
-    }
-    // SAFETY: forwarding unchanged.
-    unsafe { real::msync(addr, len, flags) }
+        let r = guard(-1, || {
+            let _op = op();
+            let a = addr as usize;
+            for m in maps().iter() {
+                write_back(m, a, a.saturating_add(len))?;
+            }
+            Ok(0)
+        });
+        if r < 0 {
+            return Ok(r);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::msync(addr, len, flags) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    if NMAPS.load(Ordering::Acquire) == 0 {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::munmap(addr, len) };
-    }
-    let a = addr as usize;
-    let end = a.saturating_add(len);
-    let gone: Vec<Mapping> = {
-        let _op = op();
-        let mut all = maps();
-        for m in all.iter() {
-            let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::munmap(addr, len) });
         }
-        let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut *all)
-            .into_iter()
-            .partition(|m| a <= m.addr && m.addr + m.len <= end);
-        *all = keep;
-        gone
-    };
-    // SAFETY: forwarding unchanged.
-    let r = unsafe { real::munmap(addr, len) };
-    let _op = op();
-    for m in gone {
-        forget(m);
-    }
-    r
+        let a = addr as usize;
+        let end = a.saturating_add(len);
+        let gone: Vec<Mapping> = {
+            let _op = op();
+            let mut all = maps();
+            for m in all.iter() {
+                let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+            }
+            let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|m| a <= m.addr && m.addr + m.len <= end);
+            *all = keep;
+            gone
+        };
+        // SAFETY: forwarding unchanged.
+        let r = unsafe { real::munmap(addr, len) };
+        let _op = op();
+        for m in gone {
+            forget(m);
+        }
+        r
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -330,10 +336,12 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     naddr: *mut c_void,
 ) -> *mut c_void {
-    if NMAPS.load(Ordering::Acquire) != 0 && maps().iter().any(|m| m.addr == addr as usize) {
-        crate::util::set_errno(libc::ENOMEM);
-        return libc::MAP_FAILED;
-    }
-    // SAFETY: forwarding unchanged.
-    unsafe { real::mremap(addr, old, new, flags, naddr) }
+    crate::guarded!(libc::MAP_FAILED, {
+        if NMAPS.load(Ordering::Acquire) != 0 && maps().iter().any(|m| m.addr == addr as usize) {
+            crate::util::set_errno(libc::ENOMEM);
+            return Ok(libc::MAP_FAILED);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::mremap(addr, old, new, flags, naddr) }
+    })
 }
