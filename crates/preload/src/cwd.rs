@@ -215,3 +215,40 @@ pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_c
         realpath_routed(r, std::ptr::null_mut())
     })
 }
+
+/// getwd: getcwd into a buffer of PATH_MAX bytes; on failure the buffer holds the message.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getwd(buf: *mut c_char) -> *mut c_char {
+    crate::guarded!(std::ptr::null_mut(), {
+        if virtual_cwd().is_none() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::getwd(buf) });
+        }
+        if buf.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's buffer holds PATH_MAX bytes.
+        let r = unsafe { getcwd(buf, libc::PATH_MAX as size_t) };
+        if r.is_null() {
+            let e = crate::util::errno();
+            // SAFETY: the message fits in the caller's PATH_MAX bytes (strerror_r bounds it).
+            unsafe { libc::strerror_r(e, buf, libc::PATH_MAX as size_t) };
+            crate::util::set_errno(e);
+        }
+        r
+    })
+}
+
+/// The fortified getwd (`buflen` is the buffer's real size): getcwd with that size, and a
+/// buffer too small for the name is a fortify failure, as in glibc.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __getwd_chk(buf: *mut c_char, buflen: size_t) -> *mut c_char {
+    crate::guarded!(std::ptr::null_mut(), {
+        // SAFETY: the caller's buffer holds buflen bytes.
+        let r = unsafe { getcwd(buf, buflen) };
+        if r.is_null() && crate::util::errno() == libc::ERANGE {
+            std::process::abort();
+        }
+        r
+    })
+}

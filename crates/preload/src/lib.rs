@@ -28,6 +28,7 @@ pub mod mmap;
 pub mod open;
 pub mod ops;
 pub mod paths;
+pub mod printf;
 pub mod process;
 pub mod real;
 pub mod resolve;
