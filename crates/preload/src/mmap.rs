@@ -10,6 +10,7 @@ use crate::table::OpenFile;
 use crate::util::{Res, errno, guard};
 use crate::{ours, real};
 use libc::{c_int, c_void, off_t, size_t};
+use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,8 +30,43 @@ static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
 /// How many shared writable mappings exist: munmap/msync look no further when zero.
 static NMAPS: AtomicUsize = AtomicUsize::new(0);
 
-fn maps() -> std::sync::MutexGuard<'static, Vec<Mapping>> {
-    MAPS.lock().unwrap_or_else(|e| e.into_inner())
+thread_local! {
+    /// Set while this thread holds `MAPS`. Writing a mapping back runs the engine, whose own
+    /// msync/munmap calls land on this module's exports: they must go straight to the
+    /// kernel rather than wait for the lock their own thread holds.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is inside the shim's mapping code (see `HOLDING`).
+fn reentered() -> bool {
+    HOLDING.try_with(|h| h.get()).unwrap_or(false)
+}
+
+struct Maps(std::sync::MutexGuard<'static, Vec<Mapping>>);
+
+impl std::ops::Deref for Maps {
+    type Target = Vec<Mapping>;
+    fn deref(&self) -> &Vec<Mapping> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Maps {
+    fn deref_mut(&mut self) -> &mut Vec<Mapping> {
+        &mut self.0
+    }
+}
+
+impl Drop for Maps {
+    fn drop(&mut self) {
+        let _ = HOLDING.try_with(|h| h.set(false));
+    }
+}
+
+fn maps() -> Maps {
+    let g = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = HOLDING.try_with(|h| h.set(true));
+    Maps(g)
 }
 
 /// Fill `dst` from the file at `off` (zeros past its end).
@@ -277,7 +313,7 @@ fn forget(m: Mapping) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     crate::guarded!(-1, {
-        if NMAPS.load(Ordering::Acquire) == 0 {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::msync(addr, len, flags) });
         }
@@ -300,7 +336,7 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     crate::guarded!(-1, {
-        if NMAPS.load(Ordering::Acquire) == 0 {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::munmap(addr, len) });
         }
@@ -337,7 +373,10 @@ pub unsafe extern "C" fn mremap(
     naddr: *mut c_void,
 ) -> *mut c_void {
     crate::guarded!(libc::MAP_FAILED, {
-        if NMAPS.load(Ordering::Acquire) != 0 && maps().iter().any(|m| m.addr == addr as usize) {
+        if NMAPS.load(Ordering::Acquire) != 0
+            && !reentered()
+            && maps().iter().any(|m| m.addr == addr as usize)
+        {
             crate::util::set_errno(libc::ENOMEM);
             return Ok(libc::MAP_FAILED);
         }
