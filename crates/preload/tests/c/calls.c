@@ -552,6 +552,27 @@ static void relative(void) {
     CHECK(chdir(home) == 0);
     CHECK(getcwd(cwd, sizeof cwd) && !strcmp(cwd, home));
     CHECK(openat(AT_FDCWD, "rel.txt", O_RDONLY) == -1 && errno == ENOENT);
+
+    section = "openat(real directory, path into the prefix)";
+    int root = open("/", O_RDONLY | O_DIRECTORY);
+    CHECK(root >= 0);
+    fd = openat(root, "mnt/engram/d/rel.txt", O_RDONLY);
+    CHECK(fd >= 0);
+    char buf[16] = {0};
+    CHECK(read(fd, buf, sizeof buf) == 8 && !strcmp(buf, "relative"));
+    CHECK(close(fd) == 0);
+    CHECK(fstatat(root, "./mnt//engram/d/b", &st, 0) == 0 && st.st_size == 2);
+    CHECK(mkdirat(root, "mnt/engram/viaroot", 0755) == 0);
+    CHECK(access(M "/viaroot", F_OK) == 0);
+    int tmp = open("/tmp", O_RDONLY | O_DIRECTORY);
+    CHECK(tmp >= 0);
+    fd = openat(tmp, "../mnt/engram/d/a", O_RDONLY);
+    CHECK(fd >= 0 && read(fd, &c, 1) == 1 && c == 'a');
+    CHECK(close(fd) == 0);
+    /* Paths that stay outside are the kernel's, as before. */
+    CHECK(fstatat(root, "tmp", &st, 0) == 0 && S_ISDIR(st.st_mode));
+    CHECK(openat(root, "mnt/engramx", O_RDONLY) == -1 && errno == ENOENT);
+    CHECK(close(root) == 0 && close(tmp) == 0);
 }
 
 int main(int argc, char **argv) {
