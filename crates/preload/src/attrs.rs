@@ -26,20 +26,26 @@ fn access_routed(r: Res<Route>, mode: c_int, flags: c_int) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::access(path, mode));
-    access_routed(r, mode, 0)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::access(path, mode));
+        access_routed(r, mode, 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::euidaccess(path, mode));
-    access_routed(r, mode, libc::AT_EACCESS)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::euidaccess(path, mode));
+        access_routed(r, mode, libc::AT_EACCESS)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::eaccess(path, mode));
-    access_routed(r, mode, libc::AT_EACCESS)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::eaccess(path, mode));
+        access_routed(r, mode, libc::AT_EACCESS)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -49,8 +55,10 @@ pub unsafe extern "C" fn faccessat(
     mode: c_int,
     flags: c_int,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::faccessat(dirfd, path, mode, flags));
-    access_routed(r, mode, flags)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::faccessat(dirfd, path, mode, flags));
+        access_routed(r, mode, flags)
+    })
 }
 
 // ------------------------------------------------------------------ chmod, chown
@@ -75,14 +83,18 @@ fn chmod_routed(r: Res<Route>, mode: mode_t, follow: bool) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::chmod(path, mode));
-    chmod_routed(r, mode, true)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::chmod(path, mode));
+        chmod_routed(r, mode, true)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lchmod(path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::lchmod(path, mode));
-    chmod_routed(r, mode, false)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::lchmod(path, mode));
+        chmod_routed(r, mode, false)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -92,17 +104,21 @@ pub unsafe extern "C" fn fchmodat(
     mode: mode_t,
     flags: c_int,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::fchmodat(dirfd, path, mode, flags));
-    chmod_routed(r, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::fchmodat(dirfd, path, mode, flags));
+        chmod_routed(r, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
-    let of = ours!(fd, real::fchmod(fd, mode));
-    guard(-1, || {
-        let _op = op();
-        of.with_file(|f| f.set_mode(mode & 0o7777).map_err(en))?;
-        Ok(0)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::fchmod(fd, mode));
+        guard(-1, || {
+            let _op = op();
+            of.with_file(|f| f.set_mode(mode & 0o7777).map_err(en))?;
+            Ok(0)
+        })
     })
 }
 
@@ -131,14 +147,18 @@ fn chown_routed(r: Res<Route>, uid: uid_t, gid: gid_t, follow: bool) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::chown(path, uid, gid));
-    chown_routed(r, uid, gid, true)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::chown(path, uid, gid));
+        chown_routed(r, uid, gid, true)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::lchown(path, uid, gid));
-    chown_routed(r, uid, gid, false)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::lchown(path, uid, gid));
+        chown_routed(r, uid, gid, false)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -149,13 +169,15 @@ pub unsafe extern "C" fn fchownat(
     gid: gid_t,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: the caller's path.
-    if unsafe { crate::stat::empty_path(path, flags) } {
-        let of = ours!(dirfd, real::fchownat(dirfd, path, uid, gid, flags));
-        return fchown_of(&of, uid, gid);
-    }
-    let r = routed!(dirfd, path, real::fchownat(dirfd, path, uid, gid, flags));
-    chown_routed(r, uid, gid, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
+    crate::guarded!(-1, {
+        // SAFETY: the caller's path.
+        if unsafe { crate::stat::empty_path(path, flags) } {
+            let of = ours!(dirfd, real::fchownat(dirfd, path, uid, gid, flags));
+            return Ok(fchown_of(&of, uid, gid));
+        }
+        let r = routed!(dirfd, path, real::fchownat(dirfd, path, uid, gid, flags));
+        chown_routed(r, uid, gid, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
+    })
 }
 
 fn fchown_of(of: &OpenFile, uid: uid_t, gid: gid_t) -> c_int {
@@ -168,8 +190,10 @@ fn fchown_of(of: &OpenFile, uid: uid_t, gid: gid_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
-    let of = ours!(fd, real::fchown(fd, uid, gid));
-    fchown_of(&of, uid, gid)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::fchown(fd, uid, gid));
+        fchown_of(&of, uid, gid)
+    })
 }
 
 // ------------------------------------------------------------------ times
@@ -252,60 +276,70 @@ pub unsafe extern "C" fn utimensat(
     t: *const libc::timespec,
     flags: c_int,
 ) -> c_int {
-    if path.is_null() {
-        let of = ours!(dirfd, real::utimensat(dirfd, path, t, flags));
-        // SAFETY: the caller's times.
-        return times_of(&of, unsafe { timespecs(t) });
-    }
-    let r = routed!(dirfd, path, real::utimensat(dirfd, path, t, flags));
-    // SAFETY: the caller's times; the real call on the resolved path.
-    times_routed(
-        r,
-        unsafe { timespecs(t) },
-        flags & libc::AT_SYMLINK_NOFOLLOW == 0,
-        |p| unsafe { real::utimensat(libc::AT_FDCWD, p, t, flags) },
-    )
+    crate::guarded!(-1, {
+        if path.is_null() {
+            let of = ours!(dirfd, real::utimensat(dirfd, path, t, flags));
+            // SAFETY: the caller's times.
+            return Ok(times_of(&of, unsafe { timespecs(t) }));
+        }
+        let r = routed!(dirfd, path, real::utimensat(dirfd, path, t, flags));
+        // SAFETY: the caller's times; the real call on the resolved path.
+        times_routed(
+            r,
+            unsafe { timespecs(t) },
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            |p| unsafe { real::utimensat(libc::AT_FDCWD, p, t, flags) },
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
-    let of = ours!(fd, real::futimens(fd, t));
-    // SAFETY: the caller's times.
-    times_of(&of, unsafe { timespecs(t) })
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::futimens(fd, t));
+        // SAFETY: the caller's times.
+        times_of(&of, unsafe { timespecs(t) })
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::utime(path, t));
-    let times = if t.is_null() {
-        Ok((Some(SetTime::Now), Some(SetTime::Now)))
-    } else {
-        // SAFETY: the caller's utimbuf.
-        let u = unsafe { &*t };
-        Ok((
-            Some(SetTime::Ns(u.actime * 1_000_000_000)),
-            Some(SetTime::Ns(u.modtime * 1_000_000_000)),
-        ))
-    };
-    // SAFETY: the real call on the resolved path.
-    times_routed(r, times, true, |p| unsafe { real::utime(p, t) })
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::utime(path, t));
+        let times = if t.is_null() {
+            Ok((Some(SetTime::Now), Some(SetTime::Now)))
+        } else {
+            // SAFETY: the caller's utimbuf.
+            let u = unsafe { &*t };
+            Ok((
+                Some(SetTime::Ns(u.actime * 1_000_000_000)),
+                Some(SetTime::Ns(u.modtime * 1_000_000_000)),
+            ))
+        };
+        // SAFETY: the real call on the resolved path.
+        times_routed(r, times, true, |p| unsafe { real::utime(p, t) })
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn utimes(path: *const c_char, t: *const libc::timeval) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::utimes(path, t));
-    // SAFETY: the caller's times; the real call on the resolved path.
-    times_routed(r, unsafe { timevals(t) }, true, |p| unsafe {
-        real::utimes(p, t)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::utimes(path, t));
+        // SAFETY: the caller's times; the real call on the resolved path.
+        times_routed(r, unsafe { timevals(t) }, true, |p| unsafe {
+            real::utimes(p, t)
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lutimes(path: *const c_char, t: *const libc::timeval) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::lutimes(path, t));
-    // SAFETY: the caller's times; the real call on the resolved path.
-    times_routed(r, unsafe { timevals(t) }, false, |p| unsafe {
-        real::lutimes(p, t)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::lutimes(path, t));
+        // SAFETY: the caller's times; the real call on the resolved path.
+        times_routed(r, unsafe { timevals(t) }, false, |p| unsafe {
+            real::lutimes(p, t)
+        })
     })
 }
 
@@ -315,18 +349,22 @@ pub unsafe extern "C" fn futimesat(
     path: *const c_char,
     t: *const libc::timeval,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::futimesat(dirfd, path, t));
-    // SAFETY: the caller's times; the real call on the resolved path.
-    times_routed(r, unsafe { timevals(t) }, true, |p| unsafe {
-        real::utimes(p, t)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::futimesat(dirfd, path, t));
+        // SAFETY: the caller's times; the real call on the resolved path.
+        times_routed(r, unsafe { timevals(t) }, true, |p| unsafe {
+            real::utimes(p, t)
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn futimes(fd: c_int, t: *const libc::timeval) -> c_int {
-    let of = ours!(fd, real::futimes(fd, t));
-    // SAFETY: the caller's times.
-    times_of(&of, unsafe { timevals(t) })
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::futimes(fd, t));
+        // SAFETY: the caller's times.
+        times_of(&of, unsafe { timevals(t) })
+    })
 }
 
 // ------------------------------------------------------------------ extended attributes
@@ -354,10 +392,12 @@ macro_rules! xattr_gets {
     ($($name:ident, $follow:expr);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, name, v, n));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Err(libc::ENODATA), |p| unsafe { real::$name(p, name, v, n) })
-        }
+        })
+}
     )*};
 }
 xattr_gets! { getxattr, true; lgetxattr, false; }
@@ -366,10 +406,12 @@ macro_rules! xattr_lists {
     ($($name:ident, $follow:expr);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, list: *mut c_char, n: size_t) -> ssize_t {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, list, n));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Ok(0), |p| unsafe { real::$name(p, list, n) })
-        }
+        })
+}
     )*};
 }
 xattr_lists! { listxattr, true; llistxattr, false; }
@@ -378,10 +420,12 @@ macro_rules! xattr_sets {
     ($($name:ident, $follow:expr);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, fl: c_int) -> c_int {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, name, v, n, fl));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Err(libc::ENOTSUP), |p| unsafe { real::$name(p, name, v, n, fl) as ssize_t }) as c_int
-        }
+        })
+}
     )*};
 }
 xattr_sets! { setxattr, true; lsetxattr, false; }
@@ -390,10 +434,12 @@ macro_rules! xattr_removes {
     ($($name:ident, $follow:expr);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char) -> c_int {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, name));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Err(libc::ENODATA), |p| unsafe { real::$name(p, name) as ssize_t }) as c_int
-        }
+        })
+}
     )*};
 }
 xattr_removes! { removexattr, true; lremovexattr, false; }
@@ -410,14 +456,18 @@ pub unsafe extern "C" fn fgetxattr(
     v: *mut c_void,
     n: size_t,
 ) -> ssize_t {
-    let _of = ours!(fd, real::fgetxattr(fd, name, v, n));
-    fail(libc::ENODATA)
+    crate::guarded!(-1, {
+        let _of = ours!(fd, real::fgetxattr(fd, name, v, n));
+        fail(libc::ENODATA)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, n: size_t) -> ssize_t {
-    let _of = ours!(fd, real::flistxattr(fd, list, n));
-    0
+    crate::guarded!(-1, {
+        let _of = ours!(fd, real::flistxattr(fd, list, n));
+        0
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -428,12 +478,16 @@ pub unsafe extern "C" fn fsetxattr(
     n: size_t,
     fl: c_int,
 ) -> c_int {
-    let _of = ours!(fd, real::fsetxattr(fd, name, v, n, fl));
-    fail(libc::ENOTSUP)
+    crate::guarded!(-1, {
+        let _of = ours!(fd, real::fsetxattr(fd, name, v, n, fl));
+        fail(libc::ENOTSUP)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
-    let _of = ours!(fd, real::fremovexattr(fd, name));
-    fail(libc::ENODATA)
+    crate::guarded!(-1, {
+        let _of = ours!(fd, real::fremovexattr(fd, name));
+        fail(libc::ENODATA)
+    })
 }

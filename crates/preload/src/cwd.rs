@@ -26,55 +26,59 @@ fn left_pool() {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    // SAFETY: the caller's path.
-    let r = unsafe { crate::route::route(libc::AT_FDCWD, path) };
-    if let Ok(Route::Pass) = r {
-        // SAFETY: forwarding unchanged.
-        let v = unsafe { real::chdir(path) };
-        if v == 0 {
-            left_pool();
-        }
-        return v;
-    }
-    guard(-1, || {
-        let _op = op();
-        match side(r, true)? {
-            Side::Pool(fs, p) => {
-                let m = fs.stat(&p).map_err(en)?;
-                if !m.is_dir() {
-                    return Err(libc::ENOTDIR);
-                }
-                fs.access_at(None, &p, libc::X_OK as u32, true)
-                    .map_err(en)?;
-                set_virtual_cwd(Some(strip_slash(p)));
-                Ok(0)
-            }
-            Side::Real(p) => {
-                // SAFETY: the real call on the resolved path.
-                let v = real_ret(unsafe { real::chdir(p.as_ptr()) })?;
+    crate::guarded!(-1, {
+        // SAFETY: the caller's path.
+        let r = unsafe { crate::route::route(libc::AT_FDCWD, path) };
+        if let Ok(Route::Pass) = r {
+            // SAFETY: forwarding unchanged.
+            let v = unsafe { real::chdir(path) };
+            if v == 0 {
                 left_pool();
-                Ok(v)
             }
+            return Ok(v);
         }
+        guard(-1, || {
+            let _op = op();
+            match side(r, true)? {
+                Side::Pool(fs, p) => {
+                    let m = fs.stat(&p).map_err(en)?;
+                    if !m.is_dir() {
+                        return Err(libc::ENOTDIR);
+                    }
+                    fs.access_at(None, &p, libc::X_OK as u32, true)
+                        .map_err(en)?;
+                    set_virtual_cwd(Some(strip_slash(p)));
+                    Ok(0)
+                }
+                Side::Real(p) => {
+                    // SAFETY: the real call on the resolved path.
+                    let v = real_ret(unsafe { real::chdir(p.as_ptr()) })?;
+                    left_pool();
+                    Ok(v)
+                }
+            }
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
-    let Some(of) = table::get(fd) else {
-        // SAFETY: forwarding unchanged.
-        let v = unsafe { real::fchdir(fd) };
-        if v == 0 {
-            left_pool();
-        }
-        return v;
-    };
-    guard(-1, || {
-        if !of.is_dir() {
-            return Err(libc::ENOTDIR);
-        }
-        set_virtual_cwd(Some(of.path().to_vec()));
-        Ok(0)
+    crate::guarded!(-1, {
+        let Some(of) = table::get(fd) else {
+            // SAFETY: forwarding unchanged.
+            let v = unsafe { real::fchdir(fd) };
+            if v == 0 {
+                left_pool();
+            }
+            return Ok(v);
+        };
+        guard(-1, || {
+            if !of.is_dir() {
+                return Err(libc::ENOTDIR);
+            }
+            set_virtual_cwd(Some(of.path().to_vec()));
+            Ok(0)
+        })
     })
 }
 
@@ -112,35 +116,41 @@ fn out_str(s: &[u8], buf: *mut c_char, size: size_t, exact_if_null: bool) -> Res
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
-    let Some(v) = virtual_cwd() else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::getcwd(buf, size) };
-    };
-    guard(std::ptr::null_mut(), || {
-        if !buf.is_null() && size == 0 {
-            return Err(libc::EINVAL);
-        }
-        out_str(&mounted(&v), buf, size, false)
+    crate::guarded!(std::ptr::null_mut(), {
+        let Some(v) = virtual_cwd() else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::getcwd(buf, size) });
+        };
+        guard(std::ptr::null_mut(), || {
+            if !buf.is_null() && size == 0 {
+                return Err(libc::EINVAL);
+            }
+            out_str(&mounted(&v), buf, size, false)
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __getcwd_chk(buf: *mut c_char, size: size_t, len: size_t) -> *mut c_char {
-    if size > len {
-        std::process::abort();
-    }
-    // SAFETY: same contract as getcwd.
-    unsafe { getcwd(buf, size) }
+    crate::guarded!(std::ptr::null_mut(), {
+        if size > len {
+            std::process::abort();
+        }
+        // SAFETY: same contract as getcwd.
+        unsafe { getcwd(buf, size) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
-    let Some(v) = virtual_cwd() else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::get_current_dir_name() };
-    };
-    guard(std::ptr::null_mut(), || {
-        out_str(&mounted(&v), std::ptr::null_mut(), 0, true)
+    crate::guarded!(std::ptr::null_mut(), {
+        let Some(v) = virtual_cwd() else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::get_current_dir_name() });
+        };
+        guard(std::ptr::null_mut(), || {
+            out_str(&mounted(&v), std::ptr::null_mut(), 0, true)
+        })
     })
 }
 
@@ -177,8 +187,10 @@ fn realpath_routed(r: Res<Route>, out: *mut c_char) -> *mut c_char {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut c_char {
-    let r = routed!(libc::AT_FDCWD, path, real::realpath(path, out));
-    realpath_routed(r, out)
+    crate::guarded!(std::ptr::null_mut(), {
+        let r = routed!(libc::AT_FDCWD, path, real::realpath(path, out));
+        realpath_routed(r, out)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -187,15 +199,56 @@ pub unsafe extern "C" fn __realpath_chk(
     out: *mut c_char,
     len: size_t,
 ) -> *mut c_char {
-    if !out.is_null() && len < libc::PATH_MAX as usize {
-        std::process::abort();
-    }
-    // SAFETY: same contract as realpath.
-    unsafe { realpath(path, out) }
+    crate::guarded!(std::ptr::null_mut(), {
+        if !out.is_null() && len < libc::PATH_MAX as usize {
+            std::process::abort();
+        }
+        // SAFETY: same contract as realpath.
+        unsafe { realpath(path, out) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
-    let r = routed!(libc::AT_FDCWD, path, real::canonicalize_file_name(path));
-    realpath_routed(r, std::ptr::null_mut())
+    crate::guarded!(std::ptr::null_mut(), {
+        let r = routed!(libc::AT_FDCWD, path, real::canonicalize_file_name(path));
+        realpath_routed(r, std::ptr::null_mut())
+    })
+}
+
+/// getwd: getcwd into a buffer of PATH_MAX bytes; on failure the buffer holds the message.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getwd(buf: *mut c_char) -> *mut c_char {
+    crate::guarded!(std::ptr::null_mut(), {
+        if virtual_cwd().is_none() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::getwd(buf) });
+        }
+        if buf.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's buffer holds PATH_MAX bytes.
+        let r = unsafe { getcwd(buf, libc::PATH_MAX as size_t) };
+        if r.is_null() {
+            let e = crate::util::errno();
+            // SAFETY: the message fits in the caller's PATH_MAX bytes (strerror_r bounds it).
+            unsafe { libc::strerror_r(e, buf, libc::PATH_MAX as size_t) };
+            crate::util::set_errno(e);
+        }
+        r
+    })
+}
+
+/// The fortified getwd (`buflen` is the buffer's real size): getcwd with that size, and a
+/// buffer too small for the name is a fortify failure, as in glibc.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __getwd_chk(buf: *mut c_char, buflen: size_t) -> *mut c_char {
+    crate::guarded!(std::ptr::null_mut(), {
+        // SAFETY: the caller's buffer holds buflen bytes.
+        let r = unsafe { getcwd(buf, buflen) };
+        if r.is_null() && crate::util::errno() == libc::ERANGE {
+            std::process::abort();
+        }
+        r
+    })
 }

@@ -81,38 +81,42 @@ fn new_dir(fd: c_int) -> *mut DIR {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
-    let _r = routed!(libc::AT_FDCWD, path, real::opendir(path));
-    // SAFETY: the caller's path.
-    let fd = unsafe {
-        open::open_any(
-            libc::AT_FDCWD,
-            path,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return std::ptr::null_mut();
-    }
-    if !table::is_ours(fd) {
-        // It resolved outside the pool: let glibc make the stream.
-        // SAFETY: the real fdopendir takes the descriptor over.
-        return unsafe { real::fdopendir(fd) };
-    }
-    new_dir(fd)
+    crate::guarded!(std::ptr::null_mut(), {
+        let _r = routed!(libc::AT_FDCWD, path, real::opendir(path));
+        // SAFETY: the caller's path.
+        let fd = unsafe {
+            open::open_any(
+                libc::AT_FDCWD,
+                path,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Ok(std::ptr::null_mut());
+        }
+        if !table::is_ours(fd) {
+            // It resolved outside the pool: let glibc make the stream.
+            // SAFETY: the real fdopendir takes the descriptor over.
+            return Ok(unsafe { real::fdopendir(fd) });
+        }
+        new_dir(fd)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
-    let Some(of) = table::get(fd) else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::fdopendir(fd) };
-    };
-    if !of.is_dir() {
-        crate::util::set_errno(libc::ENOTDIR);
-        return std::ptr::null_mut();
-    }
-    new_dir(fd)
+    crate::guarded!(std::ptr::null_mut(), {
+        let Some(of) = table::get(fd) else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::fdopendir(fd) });
+        };
+        if !of.is_dir() {
+            crate::util::set_errno(libc::ENOTDIR);
+            return Ok(std::ptr::null_mut());
+        }
+        new_dir(fd)
+    })
 }
 
 fn fill(ent: &mut dirent64, e: &DirEntry) {
@@ -147,20 +151,24 @@ fn readdir_impl(d: &mut EDir) -> *mut dirent64 {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut dirent64 {
-    match ours_dir(d) {
-        Some(e) => readdir_impl(e),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::readdir(d) },
-    }
+    crate::guarded!(std::ptr::null_mut(), {
+        match ours_dir(d) {
+            Some(e) => readdir_impl(e),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::readdir(d) },
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
-    match ours_dir(d) {
-        Some(e) => readdir_impl(e),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::readdir64(d) },
-    }
+    crate::guarded!(std::ptr::null_mut(), {
+        match ours_dir(d) {
+            Some(e) => readdir_impl(e),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::readdir64(d) },
+        }
+    })
 }
 
 fn readdir_r_impl(d: &mut EDir, entry: *mut dirent64, result: *mut *mut dirent64) -> c_int {
@@ -183,11 +191,13 @@ pub unsafe extern "C" fn readdir_r(
     entry: *mut dirent64,
     result: *mut *mut dirent64,
 ) -> c_int {
-    match ours_dir(d) {
-        Some(e) => readdir_r_impl(e, entry, result),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::readdir_r(d, entry, result) },
-    }
+    crate::guarded!(libc::EIO, {
+        match ours_dir(d) {
+            Some(e) => readdir_r_impl(e, entry, result),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::readdir_r(d, entry, result) },
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -196,11 +206,13 @@ pub unsafe extern "C" fn readdir64_r(
     entry: *mut dirent64,
     result: *mut *mut dirent64,
 ) -> c_int {
-    match ours_dir(d) {
-        Some(e) => readdir_r_impl(e, entry, result),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::readdir64_r(d, entry, result) },
-    }
+    crate::guarded!(libc::EIO, {
+        match ours_dir(d) {
+            Some(e) => readdir_r_impl(e, entry, result),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::readdir64_r(d, entry, result) },
+        }
+    })
 }
 
 fn set_pos(d: &EDir, pos: u64) {
@@ -211,89 +223,101 @@ fn set_pos(d: &EDir, pos: u64) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
-    match ours_dir(d) {
-        Some(e) => set_pos(e, 0),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::rewinddir(d) },
-    }
+    crate::guarded!((), {
+        match ours_dir(d) {
+            Some(e) => set_pos(e, 0),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::rewinddir(d) },
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn seekdir(d: *mut DIR, pos: c_long) {
-    match ours_dir(d) {
-        Some(e) => set_pos(e, pos as u64),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::seekdir(d, pos) },
-    }
+    crate::guarded!((), {
+        match ours_dir(d) {
+            Some(e) => set_pos(e, pos as u64),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::seekdir(d, pos) },
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn telldir(d: *mut DIR) -> c_long {
-    match ours_dir(d) {
-        Some(e) => table::get(e.fd).map_or(-1, |of| of.offset() as c_long),
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::telldir(d) },
-    }
+    crate::guarded!(-1, {
+        match ours_dir(d) {
+            Some(e) => table::get(e.fd).map_or(-1, |of| of.offset() as c_long),
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::telldir(d) },
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
-    let Some(e) = ours_dir(d) else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::closedir(d) };
-    };
-    let fd = e.fd;
-    // SAFETY: the DIR was made by new_dir from a Box; nothing else refers to it.
-    drop(unsafe { Box::from_raw(d as *mut EDir) });
-    // SAFETY: closing the stream's descriptor through the shim's close.
-    unsafe { open::close(fd) }
+    crate::guarded!(-1, {
+        let Some(e) = ours_dir(d) else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::closedir(d) });
+        };
+        let fd = e.fd;
+        // SAFETY: the DIR was made by new_dir from a Box; nothing else refers to it.
+        drop(unsafe { Box::from_raw(d as *mut EDir) });
+        // SAFETY: closing the stream's descriptor through the shim's close.
+        unsafe { open::close(fd) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
-    match ours_dir(d) {
-        Some(e) => e.fd,
-        // SAFETY: forwarding unchanged.
-        None => unsafe { real::dirfd(d) },
-    }
+    crate::guarded!(-1, {
+        match ours_dir(d) {
+            Some(e) => e.fd,
+            // SAFETY: forwarding unchanged.
+            None => unsafe { real::dirfd(d) },
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    let Some(of) = table::get(fd) else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::getdents64(fd, buf, n) };
-    };
-    guard(-1, || {
-        let _op = op();
-        if !of.is_dir() {
-            return Err(libc::ENOTDIR);
-        }
-        let mut done = 0usize;
-        loop {
-            let prev = of.offset();
-            let Some(e) = next_entry(&of)? else { break };
-            let reclen = (19 + e.name.len() + 1).div_ceil(8) * 8;
-            if done + reclen > n {
-                of.set_offset(prev);
-                if done == 0 {
-                    return Err(libc::EINVAL);
+    crate::guarded!(-1, {
+        let Some(of) = table::get(fd) else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::getdents64(fd, buf, n) });
+        };
+        guard(-1, || {
+            let _op = op();
+            if !of.is_dir() {
+                return Err(libc::ENOTDIR);
+            }
+            let mut done = 0usize;
+            loop {
+                let prev = of.offset();
+                let Some(e) = next_entry(&of)? else { break };
+                let reclen = (19 + e.name.len() + 1).div_ceil(8) * 8;
+                if done + reclen > n {
+                    of.set_offset(prev);
+                    if done == 0 {
+                        return Err(libc::EINVAL);
+                    }
+                    break;
                 }
-                break;
+                // SAFETY: the caller's buffer holds n bytes; the record fits in it.
+                unsafe {
+                    let p = (buf as *mut u8).add(done);
+                    std::ptr::write_bytes(p, 0, reclen);
+                    (p as *mut u64).write_unaligned(e.ino);
+                    (p.add(8) as *mut i64).write_unaligned(e.cookie as i64);
+                    (p.add(16) as *mut u16).write_unaligned(reclen as u16);
+                    *p.add(18) = e.file_type;
+                    std::ptr::copy_nonoverlapping(e.name.as_ptr(), p.add(19), e.name.len());
+                }
+                done += reclen;
             }
-            // SAFETY: the caller's buffer holds n bytes; the record fits in it.
-            unsafe {
-                let p = (buf as *mut u8).add(done);
-                std::ptr::write_bytes(p, 0, reclen);
-                (p as *mut u64).write_unaligned(e.ino);
-                (p.add(8) as *mut i64).write_unaligned(e.cookie as i64);
-                (p.add(16) as *mut u16).write_unaligned(reclen as u16);
-                *p.add(18) = e.file_type;
-                std::ptr::copy_nonoverlapping(e.name.as_ptr(), p.add(19), e.name.len());
-            }
-            done += reclen;
-        }
-        Ok(done as ssize_t)
+            Ok(done as ssize_t)
+        })
     })
 }
 
@@ -359,17 +383,19 @@ pub unsafe extern "C" fn scandir(
     filter: Filter,
     compar: Compar,
 ) -> c_int {
-    let _r = routed!(
-        libc::AT_FDCWD,
-        path,
-        real::scandir(
+    crate::guarded!(-1, {
+        let _r = routed!(
+            libc::AT_FDCWD,
             path,
-            list,
-            std::mem::transmute::<Filter, *const c_void>(filter),
-            std::mem::transmute::<Compar, *const c_void>(compar)
-        )
-    );
-    scandir_impl(path, list, filter, compar)
+            real::scandir(
+                path,
+                list,
+                std::mem::transmute::<Filter, *const c_void>(filter),
+                std::mem::transmute::<Compar, *const c_void>(compar)
+            )
+        );
+        scandir_impl(path, list, filter, compar)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -379,15 +405,17 @@ pub unsafe extern "C" fn scandir64(
     filter: Filter,
     compar: Compar,
 ) -> c_int {
-    let _r = routed!(
-        libc::AT_FDCWD,
-        path,
-        real::scandir64(
+    crate::guarded!(-1, {
+        let _r = routed!(
+            libc::AT_FDCWD,
             path,
-            list,
-            std::mem::transmute::<Filter, *const c_void>(filter),
-            std::mem::transmute::<Compar, *const c_void>(compar)
-        )
-    );
-    scandir_impl(path, list, filter, compar)
+            real::scandir64(
+                path,
+                list,
+                std::mem::transmute::<Filter, *const c_void>(filter),
+                std::mem::transmute::<Compar, *const c_void>(compar)
+            )
+        );
+        scandir_impl(path, list, filter, compar)
+    })
 }

@@ -108,40 +108,48 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, pass: impl FnOnce() -> c_int)
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: forwarding unchanged.
-    fcntl_impl(fd, cmd, arg, || unsafe { real::fcntl(fd, cmd, arg) })
+    crate::guarded!(-1, {
+        // SAFETY: forwarding unchanged.
+        fcntl_impl(fd, cmd, arg, || unsafe { real::fcntl(fd, cmd, arg) })
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: forwarding unchanged.
-    fcntl_impl(fd, cmd, arg, || unsafe { real::fcntl64(fd, cmd, arg) })
+    crate::guarded!(-1, {
+        // SAFETY: forwarding unchanged.
+        fcntl_impl(fd, cmd, arg, || unsafe { real::fcntl64(fd, cmd, arg) })
+    })
 }
 
 /// ioctl goes to the kernel unchanged; FIONCLEX (what Python's `os.set_inheritable` uses)
 /// makes a descriptor survive exec, so its description must be published.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
-    // SAFETY: forwarding unchanged.
-    let r = unsafe { real::ioctl(fd, req, arg) };
-    if r == 0 && req == libc::FIONCLEX && table::is_ours(fd) {
-        let _op = op();
-        table::publish_if_inheritable(fd);
-    }
-    r
+    crate::guarded!(-1, {
+        // SAFETY: forwarding unchanged.
+        let r = unsafe { real::ioctl(fd, req, arg) };
+        if r == 0 && req == libc::FIONCLEX && table::is_ours(fd) {
+            let _op = op();
+            table::publish_if_inheritable(fd);
+        }
+        r
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn flock(fd: c_int, op_: c_int) -> c_int {
-    let Some(of) = table::get(fd) else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::flock(fd, op_) };
-    };
-    guard(-1, || {
-        let lfd = of.lock_fd()?;
-        // SAFETY: flock on our lock descriptor (the description's own).
-        let r = unsafe { real::flock(lfd, op_) };
-        if r < 0 { Err(errno()) } else { Ok(r) }
+    crate::guarded!(-1, {
+        let Some(of) = table::get(fd) else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::flock(fd, op_) });
+        };
+        guard(-1, || {
+            let lfd = of.lock_fd()?;
+            // SAFETY: flock on our lock descriptor (the description's own).
+            let r = unsafe { real::flock(lfd, op_) };
+            if r < 0 { Err(errno()) } else { Ok(r) }
+        })
     })
 }
 
@@ -174,12 +182,14 @@ macro_rules! lockfs {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    crate::guarded!(-1, {
             let Some(of) = table::get(fd) else {
                 // SAFETY: forwarding unchanged.
-                return unsafe { real::$name(fd, cmd, len) };
+                return Ok(unsafe { real::$name(fd, cmd, len) });
             };
             guard(-1, || lockf_of(&of, cmd, len).map(|_| 0))
-        }
+        })
+}
     )*};
 }
 lockfs!(lockf, lockf64);

@@ -1,8 +1,9 @@
-//! read/write and friends, seeking, syncing, sizing, and copying between descriptors.
+//! read/write and friends, seeking, syncing and sizing (copying between descriptors is
+//! `xfer`).
 
 use crate::ops::{buf, buf_mut};
 use crate::session::op;
-use crate::table::{self, OpenFile};
+use crate::table::OpenFile;
 use crate::util::{Res, en, guard, guard_errno};
 use crate::{ours, real};
 use libc::{c_int, c_uint, c_void, iovec, off_t, size_t, ssize_t};
@@ -67,77 +68,40 @@ fn check_off(off: off_t) -> Res<u64> {
     }
 }
 
-/// Read from any descriptor (ours or the kernel's).
-pub fn read_any(fd: c_int, b: &mut [u8], off: Option<u64>) -> Res<usize> {
-    if let Some(of) = table::get(fd) {
-        return match off {
-            Some(o) => pread_of(&of, b, o),
-            None => read_of(&of, b),
-        };
-    }
-    // SAFETY: reading into the caller's buffer with the real calls.
-    let n = unsafe {
-        match off {
-            Some(o) => real::pread64(fd, b.as_mut_ptr() as *mut c_void, b.len(), o as off_t),
-            None => real::read(fd, b.as_mut_ptr() as *mut c_void, b.len()),
-        }
-    };
-    if n < 0 {
-        Err(crate::util::errno())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-pub fn write_any(fd: c_int, b: &[u8], off: Option<u64>) -> Res<usize> {
-    if let Some(of) = table::get(fd) {
-        return match off {
-            Some(o) => pwrite_of(&of, b, o),
-            None => write_of(&of, b),
-        };
-    }
-    // SAFETY: writing the caller's buffer with the real calls.
-    let n = unsafe {
-        match off {
-            Some(o) => real::pwrite64(fd, b.as_ptr() as *const c_void, b.len(), o as off_t),
-            None => real::write(fd, b.as_ptr() as *const c_void, b.len()),
-        }
-    };
-    if n < 0 {
-        Err(crate::util::errno())
-    } else {
-        Ok(n as usize)
-    }
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
-    let of = ours!(fd, real::read(fd, b, n));
-    // SAFETY: the caller's buffer holds n bytes.
-    let b = unsafe { buf_mut(b, n) };
-    guard(-1, || {
-        let _op = op();
-        read_of(&of, b).map(|n| n as ssize_t)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::read(fd, b, n));
+        // SAFETY: the caller's buffer holds n bytes.
+        let b = unsafe { buf_mut(b, n) };
+        guard(-1, || {
+            let _op = op();
+            read_of(&of, b).map(|n| n as ssize_t)
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: size_t, len: size_t) -> ssize_t {
-    if n > len {
-        std::process::abort();
-    }
-    // SAFETY: same contract as read.
-    unsafe { read(fd, b, n) }
+    crate::guarded!(-1, {
+        if n > len {
+            std::process::abort();
+        }
+        // SAFETY: same contract as read.
+        unsafe { read(fd, b, n) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
-    let of = ours!(fd, real::write(fd, b, n));
-    // SAFETY: the caller's buffer holds n bytes.
-    let b = unsafe { buf(b, n) };
-    guard(-1, || {
-        let _op = op();
-        write_of(&of, b).map(|n| n as ssize_t)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::write(fd, b, n));
+        // SAFETY: the caller's buffer holds n bytes.
+        let b = unsafe { buf(b, n) };
+        guard(-1, || {
+            let _op = op();
+            write_of(&of, b).map(|n| n as ssize_t)
+        })
     })
 }
 
@@ -159,10 +123,12 @@ macro_rules! preads {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, b: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, b, n, off));
             // SAFETY: the caller's buffer holds n bytes.
             pread_impl(of, unsafe { buf_mut(b, n) }, off)
-        }
+        })
+}
     )*};
 }
 preads!(pread, pread64);
@@ -171,10 +137,12 @@ macro_rules! pwrites {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, b: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, b, n, off));
             // SAFETY: the caller's buffer holds n bytes.
             pwrite_impl(of, unsafe { buf(b, n) }, off)
-        }
+        })
+}
     )*};
 }
 pwrites!(pwrite, pwrite64);
@@ -187,11 +155,13 @@ pub unsafe extern "C" fn __pread_chk(
     off: off_t,
     len: size_t,
 ) -> ssize_t {
-    if n > len {
-        std::process::abort();
-    }
-    // SAFETY: same contract as pread.
-    unsafe { pread64(fd, b, n, off) }
+    crate::guarded!(-1, {
+        if n > len {
+            std::process::abort();
+        }
+        // SAFETY: same contract as pread.
+        unsafe { pread64(fd, b, n, off) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -202,8 +172,10 @@ pub unsafe extern "C" fn __pread64_chk(
     off: off_t,
     len: size_t,
 ) -> ssize_t {
-    // SAFETY: same contract as pread.
-    unsafe { __pread_chk(fd, b, n, off, len) }
+    crate::guarded!(-1, {
+        // SAFETY: same contract as pread.
+        unsafe { __pread_chk(fd, b, n, off, len) }
+    })
 }
 
 /// The caller's iovecs as slices.
@@ -255,21 +227,25 @@ fn writev_impl(of: &OpenFile, v: &[iovec], off: Option<u64>) -> Res<ssize_t> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let of = ours!(fd, real::readv(fd, iov, cnt));
-    guard(-1, || {
-        let _op = op();
-        // SAFETY: the caller passes cnt iovecs.
-        readv_impl(&of, unsafe { iovs(iov, cnt) }?, None)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::readv(fd, iov, cnt));
+        guard(-1, || {
+            let _op = op();
+            // SAFETY: the caller passes cnt iovecs.
+            readv_impl(&of, unsafe { iovs(iov, cnt) }?, None)
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let of = ours!(fd, real::writev(fd, iov, cnt));
-    guard(-1, || {
-        let _op = op();
-        // SAFETY: the caller passes cnt iovecs.
-        writev_impl(&of, unsafe { iovs(iov, cnt) }?, None)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::writev(fd, iov, cnt));
+        guard(-1, || {
+            let _op = op();
+            // SAFETY: the caller passes cnt iovecs.
+            writev_impl(&of, unsafe { iovs(iov, cnt) }?, None)
+        })
     })
 }
 
@@ -280,17 +256,20 @@ macro_rules! vectored {
     (@one $name:ident, $impl:ident, v1) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, iov, cnt, off));
             guard(-1, || {
                 let _op = op();
                 // SAFETY: the caller passes cnt iovecs.
                 $impl(&of, unsafe { iovs(iov, cnt) }?, Some(check_off(off)?))
             })
-        }
+        })
+}
     };
     (@one $name:ident, $impl:ident, v2) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, iov, cnt, off, fl));
             guard(-1, || {
                 let _op = op();
@@ -298,7 +277,8 @@ macro_rules! vectored {
                 // SAFETY: the caller passes cnt iovecs.
                 $impl(&of, unsafe { iovs(iov, cnt) }?, at)
             })
-        }
+        })
+}
     };
 }
 vectored! {
@@ -350,12 +330,14 @@ macro_rules! lseeks {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, off, whence));
             guard(-1, || {
                 let _op = op();
                 lseek_of(&of, off, whence)
             })
-        }
+        })
+}
     )*};
 }
 lseeks!(lseek, lseek64);
@@ -370,30 +352,38 @@ fn sync_of(of: &OpenFile) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    let of = ours!(fd, real::fsync(fd));
-    sync_of(&of)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::fsync(fd));
+        sync_of(&of)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    let of = ours!(fd, real::fdatasync(fd));
-    sync_of(&of)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::fdatasync(fd));
+        sync_of(&of)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
-    let of = ours!(fd, real::syncfs(fd));
-    sync_of(&of)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::syncfs(fd));
+        sync_of(&of)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sync_file_range(fd: c_int, off: off_t, n: off_t, flags: c_uint) -> c_int {
-    let of = ours!(fd, real::sync_file_range(fd, off, n, flags));
-    if off < 0 || n < 0 {
-        crate::util::set_errno(libc::EINVAL);
-        return -1;
-    }
-    sync_of(&of)
+    crate::guarded!(-1, {
+        let of = ours!(fd, real::sync_file_range(fd, off, n, flags));
+        if off < 0 || n < 0 {
+            crate::util::set_errno(libc::EINVAL);
+            return Ok(-1);
+        }
+        sync_of(&of)
+    })
 }
 
 pub fn truncate_of(of: &OpenFile, len: off_t) -> Res<c_int> {
@@ -411,12 +401,14 @@ macro_rules! ftruncates {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, len: off_t) -> c_int {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, len));
             guard(-1, || {
                 let _op = op();
                 truncate_of(&of, len)
             })
-        }
+        })
+}
     )*};
 }
 ftruncates!(ftruncate, ftruncate64);
@@ -443,12 +435,14 @@ macro_rules! fallocates {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, mode, off, len));
             guard(-1, || {
                 let _op = op();
                 allocate_of(&of, mode, off, len).map(|_| 0)
             })
-        }
+        })
+}
     )*};
 }
 fallocates!(fallocate, fallocate64);
@@ -457,12 +451,14 @@ macro_rules! posix_fallocates {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, off: off_t, len: off_t) -> c_int {
+    crate::guarded!(libc::EIO, {
             let of = ours!(fd, real::$name(fd, off, len));
             guard_errno(|| {
                 let _op = op();
                 allocate_of(&of, 0, off, len)
             })
-        }
+        })
+}
     )*};
 }
 posix_fallocates!(posix_fallocate, posix_fallocate64);
@@ -471,128 +467,19 @@ macro_rules! fadvises {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    crate::guarded!(libc::EIO, {
             let _of = ours!(fd, real::$name(fd, off, len, advice));
             if len < 0 || !(0..=5).contains(&advice) { libc::EINVAL } else { 0 }
-        }
+        })
+}
     )*};
 }
 fadvises!(posix_fadvise, posix_fadvise64);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readahead(fd: c_int, off: off_t, n: size_t) -> ssize_t {
-    let _of = ours!(fd, real::readahead(fd, off, n));
-    0
-}
-
-/// Copy `len` bytes between any two descriptors with reads and writes.
-fn copy(
-    fin: c_int,
-    mut oin: Option<&mut u64>,
-    fout: c_int,
-    mut oout: Option<&mut u64>,
-    len: usize,
-) -> Res<ssize_t> {
-    let mut buf = vec![0u8; len.min(1 << 20)];
-    let mut done = 0usize;
-    while done < len {
-        let want = (len - done).min(buf.len());
-        let n = read_any(fin, &mut buf[..want], oin.as_deref().copied())?;
-        if n == 0 {
-            break;
-        }
-        let mut w = 0;
-        while w < n {
-            let k = write_any(fout, &buf[w..n], oout.as_deref().map(|o| *o + w as u64))?;
-            if k == 0 {
-                return Err(libc::EIO);
-            }
-            w += k;
-        }
-        if let Some(o) = oin.as_deref_mut() {
-            *o += n as u64;
-        }
-        if let Some(o) = oout.as_deref_mut() {
-            *o += n as u64;
-        }
-        done += n;
-    }
-    Ok(done as ssize_t)
-}
-
-unsafe fn off_ptr<'a>(p: *mut off_t) -> Res<Option<&'a mut u64>> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller passes a valid off_t; it is non-negative (checked) so it can be
-    // viewed as u64.
-    unsafe {
-        if *p < 0 {
-            return Err(libc::EINVAL);
-        }
-        Ok(Some(&mut *(p as *mut u64)))
-    }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn copy_file_range(
-    fin: c_int,
-    oin: *mut off_t,
-    fout: c_int,
-    oout: *mut off_t,
-    n: size_t,
-    fl: c_uint,
-) -> ssize_t {
-    if !table::is_ours(fin) && !table::is_ours(fout) {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::copy_file_range(fin, oin, fout, oout, n, fl) };
-    }
-    guard(-1, || {
-        let _op = op();
-        if fl != 0 {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's offset pointers are valid or null.
-        copy(
-            fin,
-            unsafe { off_ptr(oin) }?,
-            fout,
-            unsafe { off_ptr(oout) }?,
-            n,
-        )
+    crate::guarded!(-1, {
+        let _of = ours!(fd, real::readahead(fd, off, n));
+        0
     })
-}
-
-macro_rules! sendfiles {
-    ($($name:ident),*) => {$(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-            if !table::is_ours(out) && !table::is_ours(inp) {
-                // SAFETY: forwarding unchanged.
-                return unsafe { real::$name(out, inp, off, n) };
-            }
-            guard(-1, || {
-                let _op = op();
-                // SAFETY: the caller's offset pointer is valid or null.
-                copy(inp, unsafe { off_ptr(off) }?, out, None, n)
-            })
-        }
-    )*};
-}
-sendfiles!(sendfile, sendfile64);
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn splice(
-    fin: c_int,
-    oin: *mut off_t,
-    fout: c_int,
-    oout: *mut off_t,
-    n: size_t,
-    fl: c_uint,
-) -> ssize_t {
-    if !table::is_ours(fin) && !table::is_ours(fout) {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::splice(fin, oin, fout, oout, n, fl) };
-    }
-    crate::util::set_errno(libc::EINVAL);
-    -1
 }

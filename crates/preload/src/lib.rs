@@ -7,12 +7,12 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`; the descriptor table is `table`, the connection
-//! `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
+//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`; the descriptor table is `table`, the
+//! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
 //!
-//! Every exported function is `unsafe extern "C"` with libc's signature; each catches
-//! panics and reports failures through errno.
+//! Every exported function is `unsafe extern "C"` with libc's signature; its whole body
+//! runs inside `guarded!` (`ops`), which catches panics and reports failures through errno.
 
 #![allow(clippy::missing_safety_doc)]
 // `routed!` and `ours!` forward the caller's own libc call inside their unsafe block.
@@ -28,6 +28,7 @@ pub mod mmap;
 pub mod open;
 pub mod ops;
 pub mod paths;
+pub mod printf;
 pub mod process;
 pub mod real;
 pub mod resolve;
@@ -37,6 +38,7 @@ pub mod stat;
 pub mod stdio;
 pub mod table;
 pub mod util;
+pub mod xfer;
 
 pub use engram_run::{find_library, run, socket_for};
 

@@ -10,6 +10,7 @@ use crate::table::OpenFile;
 use crate::util::{Res, errno, guard};
 use crate::{ours, real};
 use libc::{c_int, c_void, off_t, size_t};
+use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,8 +30,43 @@ static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
 /// How many shared writable mappings exist: munmap/msync look no further when zero.
 static NMAPS: AtomicUsize = AtomicUsize::new(0);
 
-fn maps() -> std::sync::MutexGuard<'static, Vec<Mapping>> {
-    MAPS.lock().unwrap_or_else(|e| e.into_inner())
+thread_local! {
+    /// Set while this thread holds `MAPS`. Writing a mapping back runs the engine, whose own
+    /// msync/munmap calls land on this module's exports: they must go straight to the
+    /// kernel rather than wait for the lock their own thread holds.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is inside the shim's mapping code (see `HOLDING`).
+fn reentered() -> bool {
+    HOLDING.try_with(|h| h.get()).unwrap_or(false)
+}
+
+struct Maps(std::sync::MutexGuard<'static, Vec<Mapping>>);
+
+impl std::ops::Deref for Maps {
+    type Target = Vec<Mapping>;
+    fn deref(&self) -> &Vec<Mapping> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Maps {
+    fn deref_mut(&mut self) -> &mut Vec<Mapping> {
+        &mut self.0
+    }
+}
+
+impl Drop for Maps {
+    fn drop(&mut self) {
+        let _ = HOLDING.try_with(|h| h.set(false));
+    }
+}
+
+fn maps() -> Maps {
+    let g = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = HOLDING.try_with(|h| h.set(true));
+    Maps(g)
 }
 
 /// Fill `dst` from the file at `off` (zeros past its end).
@@ -209,9 +245,10 @@ macro_rules! mmaps {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+    crate::guarded!(libc::MAP_FAILED, {
             if flags & libc::MAP_ANONYMOUS != 0 {
                 // SAFETY: forwarding unchanged.
-                return unsafe { real::$name(addr, len, prot, flags, fd, off) };
+                return Ok(unsafe { real::$name(addr, len, prot, flags, fd, off) });
             }
             let of = ours!(fd, real::$name(addr, len, prot, flags, fd, off));
             guard(libc::MAP_FAILED, || {
@@ -229,7 +266,8 @@ macro_rules! mmaps {
                     snapshot(&of, addr, len, prot, flags, off as u64)
                 }
             })
-        }
+        })
+}
     )*};
 }
 mmaps!(mmap, mmap64);
@@ -274,52 +312,56 @@ fn forget(m: Mapping) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
-    if NMAPS.load(Ordering::Acquire) == 0 {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::msync(addr, len, flags) };
-    }
-    let r = guard(-1, || {
-        let _op = op();
-        let a = addr as usize;
-        for m in maps().iter() {
-            write_back(m, a, a.saturating_add(len))?;
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::msync(addr, len, flags) });
         }
-        Ok(0)
-    });
-    if r < 0 {
-        return r;
-    }
-    // SAFETY: forwarding unchanged.
-    unsafe { real::msync(addr, len, flags) }
+        let r = guard(-1, || {
+            let _op = op();
+            let a = addr as usize;
+            for m in maps().iter() {
+                write_back(m, a, a.saturating_add(len))?;
+            }
+            Ok(0)
+        });
+        if r < 0 {
+            return Ok(r);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::msync(addr, len, flags) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    if NMAPS.load(Ordering::Acquire) == 0 {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::munmap(addr, len) };
-    }
-    let a = addr as usize;
-    let end = a.saturating_add(len);
-    let gone: Vec<Mapping> = {
-        let _op = op();
-        let mut all = maps();
-        for m in all.iter() {
-            let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::munmap(addr, len) });
         }
-        let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut *all)
-            .into_iter()
-            .partition(|m| a <= m.addr && m.addr + m.len <= end);
-        *all = keep;
-        gone
-    };
-    // SAFETY: forwarding unchanged.
-    let r = unsafe { real::munmap(addr, len) };
-    let _op = op();
-    for m in gone {
-        forget(m);
-    }
-    r
+        let a = addr as usize;
+        let end = a.saturating_add(len);
+        let gone: Vec<Mapping> = {
+            let _op = op();
+            let mut all = maps();
+            for m in all.iter() {
+                let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+            }
+            let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|m| a <= m.addr && m.addr + m.len <= end);
+            *all = keep;
+            gone
+        };
+        // SAFETY: forwarding unchanged.
+        let r = unsafe { real::munmap(addr, len) };
+        let _op = op();
+        for m in gone {
+            forget(m);
+        }
+        r
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -330,10 +372,15 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     naddr: *mut c_void,
 ) -> *mut c_void {
-    if NMAPS.load(Ordering::Acquire) != 0 && maps().iter().any(|m| m.addr == addr as usize) {
-        crate::util::set_errno(libc::ENOMEM);
-        return libc::MAP_FAILED;
-    }
-    // SAFETY: forwarding unchanged.
-    unsafe { real::mremap(addr, old, new, flags, naddr) }
+    crate::guarded!(libc::MAP_FAILED, {
+        if NMAPS.load(Ordering::Acquire) != 0
+            && !reentered()
+            && maps().iter().any(|m| m.addr == addr as usize)
+        {
+            crate::util::set_errno(libc::ENOMEM);
+            return Ok(libc::MAP_FAILED);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::mremap(addr, old, new, flags, naddr) }
+    })
 }

@@ -55,14 +55,18 @@ fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::open(path, flags, mode));
-    open_routed(r, flags, mode)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::open(path, flags, mode));
+        open_routed(r, flags, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::open64(path, flags, mode));
-    open_routed(r, flags, mode)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::open64(path, flags, mode));
+        open_routed(r, flags, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -72,8 +76,10 @@ pub unsafe extern "C" fn openat(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::openat(dirfd, path, flags, mode));
-    open_routed(r, flags, mode)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::openat(dirfd, path, flags, mode));
+        open_routed(r, flags, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -83,46 +89,60 @@ pub unsafe extern "C" fn openat64(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::openat64(dirfd, path, flags, mode));
-    open_routed(r, flags, mode)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::openat64(dirfd, path, flags, mode));
+        open_routed(r, flags, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::__open_2(path, flags));
-    open_routed(r, flags, 0)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::__open_2(path, flags));
+        open_routed(r, flags, 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::__open64_2(path, flags));
-    open_routed(r, flags, 0)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::__open64_2(path, flags));
+        open_routed(r, flags, 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let r = routed!(dirfd, path, real::__openat_2(dirfd, path, flags));
-    open_routed(r, flags, 0)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::__openat_2(dirfd, path, flags));
+        open_routed(r, flags, 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let r = routed!(dirfd, path, real::__openat64_2(dirfd, path, flags));
-    open_routed(r, flags, 0)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::__openat64_2(dirfd, path, flags));
+        open_routed(r, flags, 0)
+    })
 }
 
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::creat(path, mode));
-    open_routed(r, CREAT, mode)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::creat(path, mode));
+        open_routed(r, CREAT, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::creat64(path, mode));
-    open_routed(r, CREAT, mode)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::creat64(path, mode));
+        open_routed(r, CREAT, mode)
+    })
 }
 
 /// Open a path of any side for the shim's own use (fopen, opendir): the descriptor.
@@ -141,43 +161,49 @@ pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if !table::is_ours(fd) {
-        crate::desc::released(fd, fd);
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::close(fd) };
-    }
-    guard(-1, || {
-        let _op = op();
-        drop(table::remove(fd));
-        // SAFETY: closing the placeholder descriptor.
-        let r = unsafe { real::close(fd) };
-        if r < 0 { Err(errno()) } else { Ok(r) }
+    crate::guarded!(-1, {
+        if !table::is_ours(fd) {
+            crate::desc::released(fd, fd);
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::close(fd) });
+        }
+        guard(-1, || {
+            let _op = op();
+            drop(table::remove(fd));
+            // SAFETY: closing the placeholder descriptor.
+            let r = unsafe { real::close(fd) };
+            if r < 0 { Err(errno()) } else { Ok(r) }
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && first <= last {
-        crate::desc::released(
-            first.min(c_int::MAX as c_uint) as c_int,
-            last.min(c_int::MAX as c_uint) as c_int,
-        );
-        let _op = op();
-        table::remove_range(first, last);
-    }
-    // SAFETY: forwarding unchanged.
-    unsafe { real::close_range(first, last, flags) }
+    crate::guarded!(-1, {
+        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && first <= last {
+            crate::desc::released(
+                first.min(c_int::MAX as c_uint) as c_int,
+                last.min(c_int::MAX as c_uint) as c_int,
+            );
+            let _op = op();
+            table::remove_range(first, last);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::close_range(first, last, flags) }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(low: c_int) {
-    if low >= 0 {
-        crate::desc::released(low, c_int::MAX);
-        let _op = op();
-        table::remove_range(low as u32, u32::MAX);
-    }
-    // SAFETY: forwarding unchanged.
-    unsafe { real::closefrom(low) }
+    crate::guarded!((), {
+        if low >= 0 {
+            crate::desc::released(low, c_int::MAX);
+            let _op = op();
+            table::remove_range(low as u32, u32::MAX);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::closefrom(low) }
+    })
 }
 
 /// After the kernel made `new` a copy of `old`: mirror it in the table.
@@ -199,47 +225,53 @@ pub fn mirrored(old: c_int, new: c_int) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    if !table::is_ours(fd) {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::dup(fd) };
-    }
-    let _op = op();
-    // SAFETY: duplicating the placeholder reserves the new number.
-    let new = unsafe { real::dup(fd) };
-    mirrored(fd, new);
-    new
+    crate::guarded!(-1, {
+        if !table::is_ours(fd) {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::dup(fd) });
+        }
+        let _op = op();
+        // SAFETY: duplicating the placeholder reserves the new number.
+        let new = unsafe { real::dup(fd) };
+        mirrored(fd, new);
+        new
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if !table::is_ours(old) && !table::is_ours(new) {
-        crate::desc::released(new, new);
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::dup2(old, new) };
-    }
-    let _op = op();
-    // SAFETY: the kernel does the duplication; the table follows.
-    let r = unsafe { real::dup2(old, new) };
-    if r >= 0 && old != new {
-        mirrored(old, r);
-    }
-    r
+    crate::guarded!(-1, {
+        if !table::is_ours(old) && !table::is_ours(new) {
+            crate::desc::released(new, new);
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::dup2(old, new) });
+        }
+        let _op = op();
+        // SAFETY: the kernel does the duplication; the table follows.
+        let r = unsafe { real::dup2(old, new) };
+        if r >= 0 && old != new {
+            mirrored(old, r);
+        }
+        r
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if !table::is_ours(old) && !table::is_ours(new) {
-        crate::desc::released(new, new);
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::dup3(old, new, flags) };
-    }
-    let _op = op();
-    // SAFETY: as dup2.
-    let r = unsafe { real::dup3(old, new, flags) };
-    if r >= 0 {
-        mirrored(old, r);
-    }
-    r
+    crate::guarded!(-1, {
+        if !table::is_ours(old) && !table::is_ours(new) {
+            crate::desc::released(new, new);
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::dup3(old, new, flags) });
+        }
+        let _op = op();
+        // SAFETY: as dup2.
+        let r = unsafe { real::dup3(old, new, flags) };
+        if r >= 0 {
+            mirrored(old, r);
+        }
+        r
+    })
 }
 
 /// A path as a C string for a real call (used by families that re-route).

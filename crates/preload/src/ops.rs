@@ -10,8 +10,20 @@ use libc::c_int;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Return at once to libc when a path is not ours; otherwise evaluate to the routed path
-/// (`Res<Route>`). Allocates nothing on the way to libc.
+/// The whole body of an exported function, run under `guard`: an error becomes errno and
+/// `$fail`, and so does a panic (EIO) — a panic must never unwind into the host program.
+/// Inside, `return Ok(v)` returns `v` unchanged (errno as the real call left it) and `?`
+/// fails with an errno. `catch_unwind` costs nothing unless something panics, so the path
+/// to libc stays free of allocations and locks.
+#[macro_export]
+macro_rules! guarded {
+    ($fail:expr, $body:block) => {
+        $crate::util::guard($fail, || Ok($body))
+    };
+}
+
+/// Inside `guarded!`: return at once to libc when a path is not ours; otherwise evaluate
+/// to the routed path (`Res<Route>`). Allocates nothing on the way to libc.
 #[macro_export]
 macro_rules! routed {
     ($dirfd:expr, $path:expr, $pass:expr) => {{
@@ -19,21 +31,21 @@ macro_rules! routed {
         let r = unsafe { $crate::route::route($dirfd, $path) };
         if let Ok($crate::route::Route::Pass) = r {
             // SAFETY: forwarding the caller's arguments unchanged.
-            return unsafe { $pass };
+            return Ok(unsafe { $pass });
         }
         r
     }};
 }
 
-/// Return at once to libc when a descriptor is not ours; otherwise evaluate to its
-/// `Arc<OpenFile>`.
+/// Inside `guarded!`: return at once to libc when a descriptor is not ours; otherwise
+/// evaluate to its `Arc<OpenFile>`.
 #[macro_export]
 macro_rules! ours {
     ($fd:expr, $pass:expr) => {{
         match $crate::table::get($fd) {
             Some(of) => of,
             // SAFETY: forwarding the caller's arguments unchanged.
-            None => return unsafe { $pass },
+            None => return Ok(unsafe { $pass }),
         }
     }};
 }
@@ -93,6 +105,7 @@ pub fn current_umask() -> u32 {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umask(mask: libc::mode_t) -> libc::mode_t {
+    // Nothing here can panic (a system call and an atomic store), so no guard is needed.
     // SAFETY: forwarding unchanged.
     let old = unsafe { crate::real::umask(mask) };
     UMASK.store(mask & 0o777, Ordering::Relaxed);
@@ -120,5 +133,34 @@ pub unsafe fn buf<'a>(p: *const libc::c_void, n: usize) -> &'a [u8] {
     } else {
         // SAFETY: as the caller promises.
         unsafe { std::slice::from_raw_parts(p as *const u8, n) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::util::{errno, set_errno};
+
+    fn body(what: u8) -> libc::c_int {
+        crate::guarded!(-1, {
+            match what {
+                0 => return Ok(7),
+                1 => Err(libc::ENOENT)?,
+                2 => panic!("a bug inside the shim"),
+                _ => {}
+            }
+            3
+        })
+    }
+
+    #[test]
+    fn guarded_turns_errors_and_panics_into_errno() {
+        set_errno(0);
+        assert_eq!(body(0), 7);
+        assert_eq!(errno(), 0);
+        assert_eq!(body(3), 3);
+        assert_eq!(body(1), -1);
+        assert_eq!(errno(), libc::ENOENT);
+        assert_eq!(body(2), -1);
+        assert_eq!(errno(), libc::EIO);
     }
 }

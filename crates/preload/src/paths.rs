@@ -69,8 +69,10 @@ fn two(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
-    // SAFETY: forwarding to renameat with the same paths.
-    unsafe { renameat2(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+    crate::guarded!(-1, {
+        // SAFETY: forwarding to renameat with the same paths.
+        unsafe { renameat2(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -80,8 +82,10 @@ pub unsafe extern "C" fn renameat(
     fd2: c_int,
     to: *const c_char,
 ) -> c_int {
-    // SAFETY: as renameat2 without flags.
-    unsafe { renameat2(fd1, from, fd2, to, 0) }
+    crate::guarded!(-1, {
+        // SAFETY: as renameat2 without flags.
+        unsafe { renameat2(fd1, from, fd2, to, 0) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -92,31 +96,35 @@ pub unsafe extern "C" fn renameat2(
     to: *const c_char,
     flags: c_uint,
 ) -> c_int {
-    two(
-        (fd1, from),
-        (fd2, to),
-        false,
-        |fs, a, b| {
-            if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
-                return Err(libc::EINVAL);
-            }
-            ok(fs.rename_at(None, a, None, b, flags))
-        },
-        // SAFETY: the real call with the caller's (or resolved) paths.
-        |(f1, a), (f2, b)| unsafe {
-            if flags == 0 {
-                real::renameat(f1, a, f2, b)
-            } else {
-                real::renameat2(f1, a, f2, b, flags)
-            }
-        },
-    )
+    crate::guarded!(-1, {
+        two(
+            (fd1, from),
+            (fd2, to),
+            false,
+            |fs, a, b| {
+                if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+                    return Err(libc::EINVAL);
+                }
+                ok(fs.rename_at(None, a, None, b, flags))
+            },
+            // SAFETY: the real call with the caller's (or resolved) paths.
+            |(f1, a), (f2, b)| unsafe {
+                if flags == 0 {
+                    real::renameat(f1, a, f2, b)
+                } else {
+                    real::renameat2(f1, a, f2, b, flags)
+                }
+            },
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
-    // SAFETY: as linkat without flags.
-    unsafe { linkat(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+    crate::guarded!(-1, {
+        // SAFETY: as linkat without flags.
+        unsafe { linkat(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -127,27 +135,31 @@ pub unsafe extern "C" fn linkat(
     to: *const c_char,
     flags: c_int,
 ) -> c_int {
-    let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
-    two(
-        (fd1, from),
-        (fd2, to),
-        follow,
-        |fs, a, b| ok(fs.link_at(None, a, None, b, follow)),
-        // SAFETY: the real call with the caller's (or resolved) paths.
-        |(f1, a), (f2, b)| unsafe {
-            if f1 == libc::AT_FDCWD && f2 == libc::AT_FDCWD && flags == 0 {
-                real::link(a, b)
-            } else {
-                real::linkat(f1, a, f2, b, flags)
-            }
-        },
-    )
+    crate::guarded!(-1, {
+        let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+        two(
+            (fd1, from),
+            (fd2, to),
+            follow,
+            |fs, a, b| ok(fs.link_at(None, a, None, b, follow)),
+            // SAFETY: the real call with the caller's (or resolved) paths.
+            |(f1, a), (f2, b)| unsafe {
+                if f1 == libc::AT_FDCWD && f2 == libc::AT_FDCWD && flags == 0 {
+                    real::link(a, b)
+                } else {
+                    real::linkat(f1, a, f2, b, flags)
+                }
+            },
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
-    // SAFETY: as symlinkat relative to the current directory.
-    unsafe { symlinkat(target, libc::AT_FDCWD, path) }
+    crate::guarded!(-1, {
+        // SAFETY: as symlinkat relative to the current directory.
+        unsafe { symlinkat(target, libc::AT_FDCWD, path) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -156,24 +168,26 @@ pub unsafe extern "C" fn symlinkat(
     dirfd: c_int,
     path: *const c_char,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::symlinkat(target, dirfd, path));
-    guard(-1, || {
-        let _op = op();
-        if target.is_null() {
-            return Err(libc::EFAULT);
-        }
-        // SAFETY: the caller's target string.
-        let t = unsafe { cbytes(target) };
-        if t.is_empty() {
-            return Err(libc::ENOENT);
-        }
-        match side(r, false)? {
-            Side::Pool(fs, p) => ok(fs.symlink(t, &p)),
-            Side::Real(p) => {
-                // SAFETY: the real call on the resolved path.
-                real_ret(unsafe { real::symlinkat(target, libc::AT_FDCWD, p.as_ptr()) })
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::symlinkat(target, dirfd, path));
+        guard(-1, || {
+            let _op = op();
+            if target.is_null() {
+                return Err(libc::EFAULT);
             }
-        }
+            // SAFETY: the caller's target string.
+            let t = unsafe { cbytes(target) };
+            if t.is_empty() {
+                return Err(libc::ENOENT);
+            }
+            match side(r, false)? {
+                Side::Pool(fs, p) => ok(fs.symlink(t, &p)),
+                Side::Real(p) => {
+                    // SAFETY: the real call on the resolved path.
+                    real_ret(unsafe { real::symlinkat(target, libc::AT_FDCWD, p.as_ptr()) })
+                }
+            }
+        })
     })
 }
 
@@ -196,8 +210,10 @@ fn readlink_routed(r: Res<Route>, out: *mut c_char, n: size_t) -> ssize_t {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlink(path: *const c_char, out: *mut c_char, n: size_t) -> ssize_t {
-    let r = routed!(libc::AT_FDCWD, path, real::readlink(path, out, n));
-    readlink_routed(r, out, n)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::readlink(path, out, n));
+        readlink_routed(r, out, n)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -207,8 +223,10 @@ pub unsafe extern "C" fn readlinkat(
     out: *mut c_char,
     n: size_t,
 ) -> ssize_t {
-    let r = routed!(dirfd, path, real::readlinkat(dirfd, path, out, n));
-    readlink_routed(r, out, n)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::readlinkat(dirfd, path, out, n));
+        readlink_routed(r, out, n)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -218,11 +236,13 @@ pub unsafe extern "C" fn __readlink_chk(
     n: size_t,
     len: size_t,
 ) -> ssize_t {
-    if n > len {
-        std::process::abort();
-    }
-    // SAFETY: same contract as readlink.
-    unsafe { readlink(path, out, n) }
+    crate::guarded!(-1, {
+        if n > len {
+            std::process::abort();
+        }
+        // SAFETY: same contract as readlink.
+        unsafe { readlink(path, out, n) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -233,11 +253,13 @@ pub unsafe extern "C" fn __readlinkat_chk(
     n: size_t,
     len: size_t,
 ) -> ssize_t {
-    if n > len {
-        std::process::abort();
-    }
-    // SAFETY: same contract as readlinkat.
-    unsafe { readlinkat(dirfd, path, out, n) }
+    crate::guarded!(-1, {
+        if n > len {
+            std::process::abort();
+        }
+        // SAFETY: same contract as readlinkat.
+        unsafe { readlinkat(dirfd, path, out, n) }
+    })
 }
 
 fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
@@ -253,14 +275,18 @@ fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::mkdir(path, mode));
-    mkdir_routed(r, mode)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::mkdir(path, mode));
+        mkdir_routed(r, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(dirfd, path, real::mkdirat(dirfd, path, mode));
-    mkdir_routed(r, mode)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::mkdirat(dirfd, path, mode));
+        mkdir_routed(r, mode)
+    })
 }
 
 fn unlink_routed(r: Res<Route>, dir: bool) -> c_int {
@@ -282,36 +308,44 @@ fn unlink_routed(r: Res<Route>, dir: bool) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::unlink(path));
-    unlink_routed(r, false)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::unlink(path));
+        unlink_routed(r, false)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::rmdir(path));
-    unlink_routed(r, true)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::rmdir(path));
+        unlink_routed(r, true)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let r = routed!(dirfd, path, real::unlinkat(dirfd, path, flags));
-    unlink_routed(r, flags & libc::AT_REMOVEDIR != 0)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::unlinkat(dirfd, path, flags));
+        unlink_routed(r, flags & libc::AT_REMOVEDIR != 0)
+    })
 }
 
 /// remove(3): glibc's calls unlink/rmdir internally, so it is served here.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::remove(path));
-    guard(-1, || {
-        let _op = op();
-        match side(r, false)? {
-            Side::Pool(fs, p) => {
-                let dir = fs.lstat(&p).map_err(en)?.is_dir();
-                ok(fs.unlink_at(None, &p, dir))
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::remove(path));
+        guard(-1, || {
+            let _op = op();
+            match side(r, false)? {
+                Side::Pool(fs, p) => {
+                    let dir = fs.lstat(&p).map_err(en)?.is_dir();
+                    ok(fs.unlink_at(None, &p, dir))
+                }
+                // SAFETY: the real call on the resolved path.
+                Side::Real(p) => real_ret(unsafe { real::remove(p.as_ptr()) }),
             }
-            // SAFETY: the real call on the resolved path.
-            Side::Real(p) => real_ret(unsafe { real::remove(p.as_ptr()) }),
-        }
+        })
     })
 }
 
@@ -331,14 +365,18 @@ fn truncate_routed(r: Res<Route>, len: off_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::truncate(path, len));
-    truncate_routed(r, len)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::truncate(path, len));
+        truncate_routed(r, len)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::truncate64(path, len));
-    truncate_routed(r, len)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::truncate64(path, len));
+        truncate_routed(r, len)
+    })
 }
 
 /// Special files (devices, FIFOs, sockets) do not exist in EngramFS.
@@ -373,8 +411,10 @@ fn mknod_routed(r: Res<Route>, mode: mode_t, dev: libc::dev_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::mknod(path, mode, dev));
-    mknod_routed(r, mode, dev)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::mknod(path, mode, dev));
+        mknod_routed(r, mode, dev)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -384,18 +424,24 @@ pub unsafe extern "C" fn mknodat(
     mode: mode_t,
     dev: libc::dev_t,
 ) -> c_int {
-    let r = routed!(dirfd, path, real::mknodat(dirfd, path, mode, dev));
-    mknod_routed(r, mode, dev)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::mknodat(dirfd, path, mode, dev));
+        mknod_routed(r, mode, dev)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(libc::AT_FDCWD, path, real::mkfifo(path, mode));
-    mknod_routed(r, mode | libc::S_IFIFO, 0)
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::mkfifo(path, mode));
+        mknod_routed(r, mode | libc::S_IFIFO, 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    let r = routed!(dirfd, path, real::mkfifoat(dirfd, path, mode));
-    mknod_routed(r, mode | libc::S_IFIFO, 0)
+    crate::guarded!(-1, {
+        let r = routed!(dirfd, path, real::mkfifoat(dirfd, path, mode));
+        mknod_routed(r, mode | libc::S_IFIFO, 0)
+    })
 }

@@ -12,16 +12,18 @@ use std::sync::Mutex;
 
 const CWD_VAR: &[u8] = b"ENGRAM_CWD";
 
+// The fork handlers run inside the program's fork: a panic must not unwind into libc.
+
 extern "C" fn prepare() {
-    crate::session::before_fork();
+    let _ = std::panic::catch_unwind(crate::session::before_fork);
 }
 
 extern "C" fn parent() {
-    crate::session::after_fork_parent();
+    let _ = std::panic::catch_unwind(crate::session::after_fork_parent);
 }
 
 extern "C" fn child() {
-    crate::session::after_fork_child();
+    let _ = std::panic::catch_unwind(crate::session::after_fork_child);
 }
 
 pub fn register_fork_handlers() {
@@ -31,8 +33,10 @@ pub fn register_fork_handlers() {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> pid_t {
-    // SAFETY: fork is a valid implementation of vfork.
-    unsafe { real::fork() }
+    crate::guarded!(-1, {
+        // SAFETY: fork is a valid implementation of vfork.
+        unsafe { real::fork() }
+    })
 }
 
 /// The identity of the real current directory, which an inherited virtual one is tied to.
@@ -131,11 +135,13 @@ pub unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    let own = cwd_entry();
-    // SAFETY: the caller's environment array.
-    let env = unsafe { fixed_env(envp, &own) };
-    // SAFETY: the real execve with the caller's path and arguments.
-    unsafe { real::execve(path, argv, env.as_ptr()) }
+    crate::guarded!(-1, {
+        let own = cwd_entry();
+        // SAFETY: the caller's environment array.
+        let env = unsafe { fixed_env(envp, &own) };
+        // SAFETY: the real execve with the caller's path and arguments.
+        unsafe { real::execve(path, argv, env.as_ptr()) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -144,11 +150,13 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    let own = cwd_entry();
-    // SAFETY: the caller's environment array.
-    let env = unsafe { fixed_env(envp, &own) };
-    // SAFETY: the real execvpe with the caller's file and arguments.
-    unsafe { real::execvpe(file, argv, env.as_ptr()) }
+    crate::guarded!(-1, {
+        let own = cwd_entry();
+        // SAFETY: the caller's environment array.
+        let env = unsafe { fixed_env(envp, &own) };
+        // SAFETY: the real execvpe with the caller's file and arguments.
+        unsafe { real::execvpe(file, argv, env.as_ptr()) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -157,16 +165,18 @@ pub unsafe extern "C" fn fexecve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    if crate::table::is_ours(fd) {
-        // The kernel cannot execute a file it does not see.
-        crate::util::set_errno(libc::ENOEXEC);
-        return -1;
-    }
-    let own = cwd_entry();
-    // SAFETY: the caller's environment array.
-    let env = unsafe { fixed_env(envp, &own) };
-    // SAFETY: the real fexecve.
-    unsafe { real::fexecve(fd, argv, env.as_ptr()) }
+    crate::guarded!(-1, {
+        if crate::table::is_ours(fd) {
+            // The kernel cannot execute a file it does not see.
+            crate::util::set_errno(libc::ENOEXEC);
+            return Ok(-1);
+        }
+        let own = cwd_entry();
+        // SAFETY: the caller's environment array.
+        let env = unsafe { fixed_env(envp, &own) };
+        // SAFETY: the real fexecve.
+        unsafe { real::fexecve(fd, argv, env.as_ptr()) }
+    })
 }
 
 fn publish_all() {
@@ -183,13 +193,15 @@ pub unsafe extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    // File actions may dup2 a close-on-exec descriptor of ours into the child.
-    publish_all();
-    let own = cwd_entry();
-    // SAFETY: the caller's environment array.
-    let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
-    // SAFETY: the real posix_spawn with the caller's arguments.
-    unsafe { real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+    crate::guarded!(libc::EIO, {
+        // File actions may dup2 a close-on-exec descriptor of ours into the child.
+        publish_all();
+        let own = cwd_entry();
+        // SAFETY: the caller's environment array.
+        let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
+        // SAFETY: the real posix_spawn with the caller's arguments.
+        unsafe { real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -201,11 +213,13 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    // File actions may dup2 a close-on-exec descriptor of ours into the child.
-    publish_all();
-    let own = cwd_entry();
-    // SAFETY: the caller's environment array.
-    let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
-    // SAFETY: the real posix_spawnp with the caller's arguments.
-    unsafe { real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+    crate::guarded!(libc::EIO, {
+        // File actions may dup2 a close-on-exec descriptor of ours into the child.
+        publish_all();
+        let own = cwd_entry();
+        // SAFETY: the caller's environment array.
+        let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
+        // SAFETY: the real posix_spawnp with the caller's arguments.
+        unsafe { real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+    })
 }

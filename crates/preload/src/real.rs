@@ -179,6 +179,7 @@ reals! {
     fn fchdir(fd: c_int) -> c_int;
     fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char;
     fn get_current_dir_name() -> *mut c_char;
+    fn getwd(buf: *mut c_char) -> *mut c_char;
     fn realpath(path: *const c_char, out: *mut c_char) -> *mut c_char;
     fn canonicalize_file_name(path: *const c_char) -> *mut c_char;
     fn opendir(path: *const c_char) -> *mut DIR;

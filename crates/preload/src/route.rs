@@ -280,7 +280,7 @@ pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route> {
     }
     if dirfd != libc::AT_FDCWD {
         if !table::is_ours(dirfd) {
-            return Ok(Route::Pass);
+            return Ok(route_real_dir(dirfd, p));
         }
         let of = table::get(dirfd).ok_or(libc::EBADF)?;
         if p.is_empty() {
@@ -317,6 +317,75 @@ pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route> {
         Some(rest) => Route::Ours(rest.to_vec()),
         None => Route::Pass,
     })
+}
+
+/// Whether `c` is one of the mount prefix's components (or ".."): only then can a path
+/// relative to a real directory lead into the prefix.
+fn could_reach_mount(c: &[u8]) -> bool {
+    if c == b".." {
+        return true;
+    }
+    let m = &config().mount;
+    let mut i = 0;
+    while let Some((s, e)) = next_comp(m, i) {
+        if &m[s..e] == c {
+            return true;
+        }
+        i = e;
+    }
+    false
+}
+
+/// A path relative to a real directory descriptor: ours when the directory's name joined
+/// with it reaches the mount prefix lexically (`openat(fd of /mnt, "engram/f")`), as for a
+/// relative path from the real current directory. The kernel is asked for the directory's
+/// name only when the path's first component could lead there; nothing is allocated unless
+/// the path is ours.
+fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route {
+    let Some((s, e)) = next_comp(p, 0) else {
+        return Route::Pass;
+    };
+    if dirfd < 0 || !could_reach_mount(&p[s..e]) {
+        return Route::Pass;
+    }
+    // "/proc/self/fd/<dirfd>\0", formatted without allocating.
+    let mut link = [0u8; 32];
+    let head = b"/proc/self/fd/";
+    link[..head.len()].copy_from_slice(head);
+    let mut digits = [0u8; 10];
+    let (mut v, mut nd) = (dirfd as u32, 0);
+    loop {
+        digits[nd] = b'0' + (v % 10) as u8;
+        nd += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for k in 0..nd {
+        link[head.len() + k] = digits[nd - 1 - k];
+    }
+    let mut dir = [0u8; RCWD_WORDS * 8];
+    // SAFETY: readlink of a NUL-terminated path into a local buffer of the given size.
+    let n = unsafe {
+        crate::real::readlink(
+            link.as_ptr() as *const c_char,
+            dir.as_mut_ptr() as *mut c_char,
+            dir.len(),
+        )
+    };
+    if n <= 0 || n as usize >= dir.len() || dir[0] != b'/' {
+        return Route::Pass;
+    }
+    let mut buf = [0u8; RCWD_WORDS * 8 * 2];
+    let Some(len) = lexical(&[&dir[..n as usize], p], &mut buf) else {
+        return Route::Pass;
+    };
+    match strip_mount(&buf[..len]) {
+        Some([]) => Route::Ours(b"/".to_vec()),
+        Some(rest) => Route::Ours(rest.to_vec()),
+        None => Route::Pass,
+    }
 }
 
 /// The absolute name, in the process's view, of a pool path.

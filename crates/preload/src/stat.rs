@@ -124,9 +124,11 @@ macro_rules! stats {
     ($($name:ident, $follow:expr);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, st: *mut libc::stat) -> c_int {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, st));
             do_stat(r, $follow, st)
-        }
+        })
+}
     )*};
 }
 stats! { stat, true; stat64, true; lstat, false; lstat64, false; }
@@ -135,9 +137,11 @@ macro_rules! xstats {
     ($($name:ident, $follow:expr);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(ver, path, st));
             do_stat(r, $follow, st)
-        }
+        })
+}
     )*};
 }
 xstats! { __xstat, true; __xstat64, true; __lxstat, false; __lxstat64, false; }
@@ -146,9 +150,11 @@ macro_rules! fstats {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, st: *mut libc::stat) -> c_int {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, st));
             do_fstat(&of, st)
-        }
+        })
+}
     )*};
 }
 fstats!(fstat, fstat64);
@@ -157,9 +163,11 @@ macro_rules! fxstats {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(ver, fd, st));
             do_fstat(&of, st)
-        }
+        })
+}
     )*};
 }
 fxstats!(__fxstat, __fxstat64);
@@ -199,9 +207,11 @@ macro_rules! fstatats {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
+    crate::guarded!(-1, {
             // SAFETY: forwarding unchanged when not ours.
             fstatat_impl(dirfd, path, st, flags, || unsafe { real::$name(dirfd, path, st, flags) })
-        }
+        })
+}
     )*};
 }
 fstatats!(fstatat, fstatat64);
@@ -210,9 +220,11 @@ macro_rules! fxstatats {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
+    crate::guarded!(-1, {
             // SAFETY: forwarding unchanged when not ours.
             fstatat_impl(dirfd, path, st, flags, || unsafe { real::$name(ver, dirfd, path, st, flags) })
-        }
+        })
+}
     )*};
 }
 fxstatats!(__fxstatat, __fxstatat64);
@@ -225,36 +237,38 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     st: *mut libc::statx,
 ) -> c_int {
-    // SAFETY: the caller's path.
-    let of = if unsafe { empty_path(path, flags) } {
-        match table::get(dirfd) {
-            Some(of) => Some(of),
-            // SAFETY: forwarding unchanged.
-            None => return unsafe { real::statx(dirfd, path, flags, mask, st) },
-        }
-    } else {
-        None
-    };
-    let r = match of {
-        Some(_) => Ok(crate::route::Route::Pass),
-        None => routed!(dirfd, path, real::statx(dirfd, path, flags, mask, st)),
-    };
-    guard(-1, || {
-        let _op = op();
-        let m = match &of {
-            Some(of) => stat_of(of)?,
-            None => match stat_routed(r, flags & libc::AT_SYMLINK_NOFOLLOW == 0)? {
-                Ok(m) => m,
-                Err(p) => {
-                    // SAFETY: real statx on the resolved path into the caller's buffer.
-                    let r = unsafe { real::statx(libc::AT_FDCWD, p.as_ptr(), flags, mask, st) };
-                    return if r < 0 { Err(errno()) } else { Ok(0) };
-                }
-            },
+    crate::guarded!(-1, {
+        // SAFETY: the caller's path.
+        let of = if unsafe { empty_path(path, flags) } {
+            match table::get(dirfd) {
+                Some(of) => Some(of),
+                // SAFETY: forwarding unchanged.
+                None => return Ok(unsafe { real::statx(dirfd, path, flags, mask, st) }),
+            }
+        } else {
+            None
         };
-        // SAFETY: the caller's statx buffer.
-        fill_statx(&m, unsafe { &mut *st });
-        Ok(0)
+        let r = match of {
+            Some(_) => Ok(crate::route::Route::Pass),
+            None => routed!(dirfd, path, real::statx(dirfd, path, flags, mask, st)),
+        };
+        guard(-1, || {
+            let _op = op();
+            let m = match &of {
+                Some(of) => stat_of(of)?,
+                None => match stat_routed(r, flags & libc::AT_SYMLINK_NOFOLLOW == 0)? {
+                    Ok(m) => m,
+                    Err(p) => {
+                        // SAFETY: real statx on the resolved path into the caller's buffer.
+                        let r = unsafe { real::statx(libc::AT_FDCWD, p.as_ptr(), flags, mask, st) };
+                        return if r < 0 { Err(errno()) } else { Ok(0) };
+                    }
+                },
+            };
+            // SAFETY: the caller's statx buffer.
+            fill_statx(&m, unsafe { &mut *st });
+            Ok(0)
+        })
     })
 }
 
@@ -331,9 +345,11 @@ macro_rules! statfss {
     ($($name:ident, $ty:ty, $fill:ident);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, st: *mut $ty) -> c_int {
+    crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, st));
             statfs_routed(r, st, $fill, real::$name)
-        }
+        })
+}
     )*};
 }
 statfss! { statfs, libc::statfs, fill_statfs; statfs64, libc::statfs, fill_statfs; statvfs, libc::statvfs, fill_statvfs; statvfs64, libc::statvfs, fill_statvfs; }
@@ -342,9 +358,11 @@ macro_rules! fstatfss {
     ($($name:ident, $ty:ty, $fill:ident);* $(;)?) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, st: *mut $ty) -> c_int {
+    crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, st));
             fstatfs_of(&of, st, $fill)
-        }
+        })
+}
     )*};
 }
 fstatfss! { fstatfs, libc::statfs, fill_statfs; fstatfs64, libc::statfs, fill_statfs; fstatvfs, libc::statvfs, fill_statvfs; fstatvfs64, libc::statvfs, fill_statvfs; }
@@ -365,19 +383,23 @@ fn conf(name: c_int) -> c_long {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> c_long {
-    let r = routed!(libc::AT_FDCWD, path, real::pathconf(path, name));
-    guard(-1, || {
-        let _op = op();
-        match stat_routed(r, true)? {
-            Ok(_) => Ok(conf(name)),
-            // SAFETY: the real call on the resolved path.
-            Err(p) => Ok(unsafe { real::pathconf(p.as_ptr(), name) }),
-        }
+    crate::guarded!(-1, {
+        let r = routed!(libc::AT_FDCWD, path, real::pathconf(path, name));
+        guard(-1, || {
+            let _op = op();
+            match stat_routed(r, true)? {
+                Ok(_) => Ok(conf(name)),
+                // SAFETY: the real call on the resolved path.
+                Err(p) => Ok(unsafe { real::pathconf(p.as_ptr(), name) }),
+            }
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> c_long {
-    let _of = ours!(fd, real::fpathconf(fd, name));
-    conf(name)
+    crate::guarded!(-1, {
+        let _of = ours!(fd, real::fpathconf(fd, name));
+        conf(name)
+    })
 }

@@ -139,35 +139,41 @@ fn fopen_impl(path: *const c_char, mode: *const c_char) -> *mut FILE {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    let _r = routed!(libc::AT_FDCWD, path, real::fopen(path, mode));
-    fopen_impl(path, mode)
+    crate::guarded!(std::ptr::null_mut(), {
+        let _r = routed!(libc::AT_FDCWD, path, real::fopen(path, mode));
+        fopen_impl(path, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    let _r = routed!(libc::AT_FDCWD, path, real::fopen64(path, mode));
-    fopen_impl(path, mode)
+    crate::guarded!(std::ptr::null_mut(), {
+        let _r = routed!(libc::AT_FDCWD, path, real::fopen64(path, mode));
+        fopen_impl(path, mode)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
-    let Some(of) = table::get(fd) else {
-        // SAFETY: forwarding unchanged.
-        return unsafe { real::fdopen(fd, mode) };
-    };
-    guard(std::ptr::null_mut(), || {
-        // SAFETY: the caller's mode string.
-        let m = unsafe { cbytes(mode) };
-        mode_flags(m).ok_or(libc::EINVAL)?;
-        if m.first() == Some(&b'a') && of.flags() & libc::O_APPEND == 0 {
-            of.set_flags(of.flags() | libc::O_APPEND)?;
-        }
-        let fp = cookie_stream(fd, mode);
-        if fp.is_null() {
-            Err(crate::util::errno())
-        } else {
-            Ok(fp)
-        }
+    crate::guarded!(std::ptr::null_mut(), {
+        let Some(of) = table::get(fd) else {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::fdopen(fd, mode) });
+        };
+        guard(std::ptr::null_mut(), || {
+            // SAFETY: the caller's mode string.
+            let m = unsafe { cbytes(mode) };
+            mode_flags(m).ok_or(libc::EINVAL)?;
+            if m.first() == Some(&b'a') && of.flags() & libc::O_APPEND == 0 {
+                of.set_flags(of.flags() | libc::O_APPEND)?;
+            }
+            let fp = cookie_stream(fd, mode);
+            if fp.is_null() {
+                Err(crate::util::errno())
+            } else {
+                Ok(fp)
+            }
+        })
     })
 }
 
@@ -235,8 +241,10 @@ pub unsafe extern "C" fn freopen(
     mode: *const c_char,
     fp: *mut FILE,
 ) -> *mut FILE {
-    // SAFETY: forwarding unchanged.
-    freopen_impl(path, mode, fp, || unsafe { real::freopen(path, mode, fp) })
+    crate::guarded!(std::ptr::null_mut(), {
+        // SAFETY: forwarding unchanged.
+        freopen_impl(path, mode, fp, || unsafe { real::freopen(path, mode, fp) })
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -245,9 +253,11 @@ pub unsafe extern "C" fn freopen64(
     mode: *const c_char,
     fp: *mut FILE,
 ) -> *mut FILE {
-    // SAFETY: forwarding unchanged.
-    freopen_impl(path, mode, fp, || unsafe {
-        real::freopen64(path, mode, fp)
+    crate::guarded!(std::ptr::null_mut(), {
+        // SAFETY: forwarding unchanged.
+        freopen_impl(path, mode, fp, || unsafe {
+            real::freopen64(path, mode, fp)
+        })
     })
 }
 

@@ -2,8 +2,9 @@
 
 mod common;
 
-use common::{Pool, have, make_tree, output};
-use std::time::Duration;
+use common::{Pool, make_tree, output, require};
+use engram_core::Fs;
+use std::time::{Duration, Instant};
 
 const PY: &str = r#"
 import os, shutil, hashlib, fcntl, errno, subprocess, sys
@@ -108,8 +109,7 @@ print('PY-OK')
 
 #[test]
 fn python_files_walks_copytree_and_descriptors() {
-    if !have("python3") {
-        eprintln!("python3 not installed; skipped");
+    if !require("python3", "python3") {
         return;
     }
     let p = Pool::new("python", 128);
@@ -127,6 +127,30 @@ fn python_files_walks_copytree_and_descriptors() {
     p.fsck();
 }
 
+const MOUNT_PREFIX: &str = "/mnt/engram";
+
+/// The size of pool file `path` (0 if it does not exist).
+fn pool_size(fs: &Fs, path: &str) -> u64 {
+    fs.stat(path).map_or(0, |m| m.size)
+}
+
+/// Wait until `cond` holds on the pool, while `child` (which writes it) keeps running.
+/// Fails if the child exits first; a hang is caught by the generous limit.
+fn wait_until(p: &Pool, child: &mut std::process::Child, what: &str, cond: impl Fn(&Fs) -> bool) {
+    let fs = Fs::connect(&p.socket).unwrap();
+    let t = Instant::now();
+    while !cond(&fs) {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("sqlite3 exited ({st}) before {what}");
+        }
+        if t.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            panic!("not {what} after 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn sqlite(p: &Pool, db: &str, sql: &str) -> String {
     let mut c = p.command("sqlite3");
     c.arg(db).arg(sql);
@@ -141,8 +165,7 @@ fn sqlite(p: &Pool, db: &str, sql: &str) -> String {
 
 #[test]
 fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
-    if !have("sqlite3") {
-        eprintln!("sqlite3 not installed (apt-get install sqlite3); skipped");
+    if !require("sqlite3", "sqlite3") {
         return;
     }
     let p = Pool::new("sqlite", 256);
@@ -172,8 +195,24 @@ fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
             .arg("PRAGMA synchronous=FULL; BEGIN; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<100000000) INSERT INTO t(b) SELECT hex(randomblob(100)) FROM c; COMMIT;")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
+        let fs = Fs::connect(&p.socket).unwrap();
+        let file = db.trim_start_matches(MOUNT_PREFIX).to_string();
+        let before = pool_size(&fs, &file);
         let mut child = c.spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
+        // Kill it only once the transaction has reached the files: pages spilled into the
+        // WAL; or, with a rollback journal, the database file grown by the new pages while
+        // the (hot) journal exists.
+        if mode == "WAL" {
+            let wal = format!("{file}-wal");
+            wait_until(&p, &mut child, "the WAL holds 4 MiB", |fs| {
+                pool_size(fs, &wal) >= 4 << 20
+            });
+        } else {
+            let journal = format!("{file}-journal");
+            wait_until(&p, &mut child, "the database grew by 4 MiB", |fs| {
+                pool_size(fs, &journal) > 0 && pool_size(fs, &file) >= before + (4 << 20)
+            });
+        }
         child.kill().unwrap();
         child.wait().unwrap();
         let out = sqlite(
@@ -203,39 +242,75 @@ fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
 
 #[test]
 fn fio_random_writes_and_reads_verify_with_several_jobs() {
-    if !have("fio") {
-        eprintln!("fio not installed (apt-get install fio); skipped");
+    if !require("fio", "fio") {
         return;
     }
     let p = Pool::new("fio", 512);
-    // Two jobs (separate processes), random writes then reads, every block checked.
+    // Two jobs (separate processes) of 8 MiB each: random writes, every block checked as
+    // it is read back, then a second process reads and verifies every block again.
     let out = p.sh(
         "mkdir -p /mnt/engram/fio && fio --name=rw --directory=/mnt/engram/fio \
          --ioengine=psync --rw=randwrite --bs=4k --size=8M --numjobs=2 \
-         --verify=crc32c --do_verify=1 --verify_fatal=1 --group_reporting 2>&1",
+         --verify=crc32c --do_verify=1 --verify_fatal=1 --group_reporting \
+         --output-format=json",
     );
-    assert!(out.contains("WRITE:"), "{out}");
-    assert!(!out.contains("verify:") || !out.contains("bad"), "{out}");
-    assert!(!out.to_lowercase().contains("error="), "{out}");
+    let total = 2 * (8 << 20);
+    assert_eq!(fio_field(&out, "error"), Some(0), "{out}");
+    assert_eq!(
+        fio_field(&out, "write\" : {"),
+        Some(total),
+        "written: {out}"
+    );
+    assert_eq!(
+        fio_field(&out, "read\" : {"),
+        Some(total),
+        "verified: {out}"
+    );
     let out = p.sh(
         "fio --name=rw --directory=/mnt/engram/fio --ioengine=psync --rw=randread --bs=4k \
-         --size=8M --numjobs=2 --verify=crc32c --verify_only --verify_fatal=1 2>&1; \
-         ls /mnt/engram/fio | wc -l",
+         --size=8M --numjobs=2 --verify=crc32c --verify_only --verify_fatal=1 \
+         --group_reporting --output-format=json",
     );
-    assert!(out.trim_end().ends_with('2'), "two job files: {out}");
+    assert_eq!(fio_field(&out, "error"), Some(0), "{out}");
+    assert_eq!(
+        fio_field(&out, "read\" : {"),
+        Some(total),
+        "verified: {out}"
+    );
+    let out = p.sh("ls /mnt/engram/fio | wc -l");
+    assert_eq!(out.trim(), "2", "two job files");
     p.fsck();
+}
+
+/// A number from the first job of fio's JSON output: `"error"`, or the `io_bytes` of the
+/// section whose opening is `key` (`read" : {` or `write" : {`).
+fn fio_field(json: &str, key: &str) -> Option<u64> {
+    let job = &json[json.find("\"jobs\"")?..];
+    let (at, field) = match key {
+        "error" => (job.find("\"error\" :")?, "\"error\" :"),
+        _ => (job.find(&format!("\"{key}"))?, "\"io_bytes\" :"),
+    };
+    let rest = &job[at..];
+    let v = &rest[rest.find(field)? + field.len()..];
+    v.trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[test]
 fn rocksdb_db_bench_fills_syncs_reads_and_reopens() {
-    if !have("db_bench") {
-        eprintln!("db_bench not installed (apt-get install rocksdb-tools); skipped");
+    if !require("db_bench", "rocksdb-tools") {
         return;
     }
     let p = Pool::new("rocksdb", 512);
+    // A fixed seed makes the keys each benchmark draws depend only on its position in the
+    // list (db_bench seeds each benchmark's thread with seed + threads started before).
     let bench = |args: &str| {
         p.sh(&format!(
-            "db_bench --db=/mnt/engram/rdb --num=20000 --compression_type=none {args} 2>&1"
+            "db_bench --db=/mnt/engram/rdb --num=20000 --compression_type=none --seed=42 \
+             {args} 2>&1"
         ))
     };
     let out = bench("--benchmarks=fillseq,fillrandom,readrandom --sync=1");
@@ -246,18 +321,24 @@ fn rocksdb_db_bench_fills_syncs_reads_and_reopens() {
             "{b}: {out}"
         );
     }
-    // A new process opens the existing database and finds the keys.
-    let out = bench("--use_existing_db=1 --benchmarks=readrandom");
+    let first = found(&out);
+    assert!(first > 10000, "keys found: {out}");
+    // A new process opens the existing database: the same reads (third position, so the
+    // same keys) find exactly the same keys.
+    let out = bench("--use_existing_db=1 --benchmarks=readseq,readseq,readrandom");
+    assert_eq!(found(&out), first, "keys found after reopen: {out}");
+    p.fsck();
+}
+
+/// The `found` count of db_bench's readrandom line ("(F of N found)").
+fn found(out: &str) -> u64 {
     let line = out
         .lines()
         .find(|l| l.starts_with("readrandom"))
-        .unwrap_or_else(|| panic!("{out}"));
-    let found: u64 = line
-        .split('(')
+        .unwrap_or_else(|| panic!("no readrandom line: {out}"));
+    line.split('(')
         .nth(1)
         .and_then(|s| s.split(' ').next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(found > 10000, "keys found after reopen: {line}");
-    p.fsck();
+        .unwrap_or_else(|| panic!("no found count: {line}"))
 }

@@ -34,6 +34,22 @@ pub fn library() -> PathBuf {
     lib
 }
 
+/// Whether `tool` (from Debian package `pkg`) is installed. A missing tool fails the test
+/// under CI (env `CI` set: scripts/install-deps.sh installs it there), so that a test can
+/// never pass without running; elsewhere it is skipped with a message saying so.
+pub fn require(tool: &str, pkg: &str) -> bool {
+    if have(tool) {
+        return true;
+    }
+    let msg =
+        format!("{tool} is not installed (apt-get install {pkg}, or scripts/install-deps.sh)");
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{msg}: required under CI");
+    }
+    eprintln!("SKIPPED: {msg}; this test did not run");
+    false
+}
+
 pub fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])

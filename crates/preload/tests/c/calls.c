@@ -1,0 +1,594 @@
+/*
+ * Calls no other test reaches, run under libengram_preload.so against a daemon-served pool
+ * mounted at /mnt/engram. Every result is checked here; the first failure prints its line,
+ * the expression and errno, and exits 1. Success prints CALLS-OK.
+ *
+ * Usage: calls REAL_DIR   (an empty real directory for the boundary checks)
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define M "/mnt/engram"
+
+extern char **environ;
+
+static const char *section = "start";
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            int e_ = errno;                                                                \
+            fprintf(stderr, "FAIL [%s] line %d: %s (errno %d: %s)\n", section, __LINE__,  \
+                    #cond, e_, strerror(e_));                                              \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static char real_dir[4096];
+
+static void put(const char *path, const char *data) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(write(fd, data, strlen(data)) == (ssize_t)strlen(data));
+    CHECK(close(fd) == 0);
+}
+
+/* The whole content of a file (static buffer), read with open/read. */
+static const char *get(const char *path) {
+    static char buf[1 << 16];
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    CHECK(n >= 0);
+    buf[n] = 0;
+    CHECK(close(fd) == 0);
+    return buf;
+}
+
+static off_t size_of(const char *path) {
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    return st.st_size;
+}
+
+static int is_dot(const char *n) { return !strcmp(n, ".") || !strcmp(n, ".."); }
+
+static void directories(void) {
+    section = "readdir_r";
+    CHECK(mkdir(M "/d", 0755) == 0);
+    put(M "/d/a", "a");
+    put(M "/d/b", "bb");
+    put(M "/d/c", "ccc");
+    DIR *d = opendir(M "/d");
+    CHECK(d != NULL);
+    int seen = 0, n = 0;
+    struct dirent ent, *res;
+    for (;;) {
+        CHECK(readdir_r(d, &ent, &res) == 0);
+        if (!res)
+            break;
+        CHECK(res == &ent);
+        if (is_dot(ent.d_name))
+            continue;
+        CHECK(strlen(ent.d_name) == 1 && ent.d_name[0] >= 'a' && ent.d_name[0] <= 'c');
+        seen |= 1 << (ent.d_name[0] - 'a');
+        n++;
+        CHECK(ent.d_type == DT_REG);
+    }
+    CHECK(seen == 7 && n == 3);
+
+    section = "readdir64_r";
+    rewinddir(d);
+    struct dirent64 ent64, *res64;
+    seen = n = 0;
+    for (;;) {
+        CHECK(readdir64_r(d, &ent64, &res64) == 0);
+        if (!res64)
+            break;
+        if (is_dot(ent64.d_name))
+            continue;
+        seen |= 1 << (ent64.d_name[0] - 'a');
+        n++;
+    }
+    CHECK(seen == 7 && n == 3);
+
+    section = "seekdir/telldir/rewinddir";
+    rewinddir(d);
+    struct dirent *e = readdir(d);
+    CHECK(e != NULL);
+    char first[256];
+    strcpy(first, e->d_name);
+    long pos = telldir(d);
+    CHECK(pos != -1);
+    e = readdir(d);
+    CHECK(e != NULL);
+    char second[256];
+    strcpy(second, e->d_name);
+    CHECK(strcmp(first, second) != 0);
+    e = readdir(d);
+    CHECK(e != NULL);
+    seekdir(d, pos);
+    CHECK(telldir(d) == pos);
+    e = readdir(d);
+    CHECK(e != NULL && !strcmp(e->d_name, second));
+    rewinddir(d);
+    e = readdir(d);
+    CHECK(e != NULL && !strcmp(e->d_name, first));
+    CHECK(dirfd(d) >= 0);
+    CHECK(closedir(d) == 0);
+
+    section = "getdents64";
+    int fd = open(M "/d", O_RDONLY | O_DIRECTORY);
+    CHECK(fd >= 0);
+    char buf[4096];
+    seen = n = 0;
+    for (;;) {
+        ssize_t got = getdents64(fd, buf, sizeof buf);
+        CHECK(got >= 0);
+        if (got == 0)
+            break;
+        for (ssize_t off = 0; off < got;) {
+            struct dirent64 *r = (struct dirent64 *)(buf + off);
+            CHECK(r->d_reclen > 0 && off + r->d_reclen <= got);
+            if (!is_dot(r->d_name)) {
+                seen |= 1 << (r->d_name[0] - 'a');
+                n++;
+            }
+            off += r->d_reclen;
+        }
+    }
+    CHECK(seen == 7 && n == 3);
+    CHECK(close(fd) == 0);
+}
+
+static void locks(void) {
+    section = "F_OFD_SETLK/F_OFD_GETLK";
+    put(M "/lk", "0123456789");
+    int a = open(M "/lk", O_RDWR), b = open(M "/lk", O_RDWR);
+    CHECK(a >= 0 && b >= 0);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10};
+    CHECK(fcntl(a, F_OFD_SETLK, &fl) == 0);
+    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = 1};
+    CHECK(fcntl(b, F_OFD_GETLK, &q) == 0);
+    CHECK(q.l_type == F_WRLCK && q.l_start == 0 && q.l_len == 10 && q.l_pid == -1);
+    struct flock w = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 2, .l_len = 2};
+    CHECK(fcntl(b, F_OFD_SETLK, &w) == -1 && (errno == EAGAIN || errno == EACCES));
+
+    section = "F_GETLK";
+    /* A POSIX lock query conflicts with the other description's OFD lock too. */
+    struct flock g = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    CHECK(fcntl(b, F_GETLK, &g) == 0);
+    CHECK(g.l_type == F_WRLCK && g.l_pid == -1);
+    fl.l_type = F_UNLCK;
+    CHECK(fcntl(a, F_OFD_SETLK, &fl) == 0);
+    q = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = 1};
+    CHECK(fcntl(b, F_OFD_GETLK, &q) == 0 && q.l_type == F_UNLCK);
+    /* A POSIX lock, seen by a child process with the parent's pid. */
+    struct flock p = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 100, .l_len = 10};
+    CHECK(fcntl(a, F_SETLK, &p) == 0);
+    pid_t parent = getpid();
+    pid_t c = fork();
+    CHECK(c >= 0);
+    if (c == 0) {
+        struct flock cq = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 105, .l_len = 1};
+        CHECK(fcntl(b, F_GETLK, &cq) == 0);
+        CHECK(cq.l_type == F_WRLCK && cq.l_pid == parent && cq.l_start == 100);
+        cq.l_type = F_WRLCK;
+        CHECK(fcntl(b, F_SETLK, &cq) == -1 && (errno == EAGAIN || errno == EACCES));
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    section = "lockf";
+    CHECK(lseek(a, 200, SEEK_SET) == 200);
+    CHECK(lockf(a, F_LOCK, 10) == 0);
+    CHECK(lockf(a, F_TEST, 10) == 0); /* our own lock */
+    c = fork();
+    CHECK(c >= 0);
+    if (c == 0) {
+        CHECK(lseek(b, 200, SEEK_SET) == 200);
+        CHECK(lockf(b, F_TEST, 10) == -1 && (errno == EACCES || errno == EAGAIN));
+        CHECK(lockf(b, F_TLOCK, 10) == -1);
+        CHECK(lseek(b, 300, SEEK_SET) == 300);
+        CHECK(lockf(b, F_TEST, 10) == 0);
+        _exit(0);
+    }
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(lseek(a, 200, SEEK_SET) == 200);
+    CHECK(lockf(a, F_ULOCK, 10) == 0);
+    c = fork();
+    CHECK(c >= 0);
+    if (c == 0) {
+        CHECK(lseek(b, 200, SEEK_SET) == 200);
+        CHECK(lockf(b, F_TEST, 10) == 0);
+        _exit(0);
+    }
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(close(a) == 0 && close(b) == 0);
+}
+
+static void mappings(void) {
+    section = "sync_file_range";
+    int fd = open(M "/map", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    const char *text = "hello private mapping";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    CHECK(sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) == 0);
+    CHECK(sync_file_range(fd, -1, 0, 0) == -1 && errno == EINVAL);
+
+    section = "mmap MAP_PRIVATE";
+    char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(memcmp(p, text, strlen(text)) == 0);
+    p[0] = 'J';
+    char back[64] = {0};
+    CHECK(pread(fd, back, sizeof back - 1, 0) == (ssize_t)strlen(text));
+    CHECK(strcmp(back, text) == 0); /* a private copy: the file is unchanged */
+    CHECK(munmap(p, 4096) == 0);
+
+    section = "mmap MAP_SHARED + msync";
+    CHECK(ftruncate(fd, 8192) == 0);
+    p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    memcpy(p + 4096, "shared write", 12);
+    memcpy(p, "H", 1);
+    CHECK(msync(p, 8192, MS_SYNC) == 0);
+    memset(back, 0, sizeof back);
+    CHECK(pread(fd, back, 12, 4096) == 12);
+    CHECK(memcmp(back, "shared write", 12) == 0);
+    CHECK(pread(fd, back, 5, 0) == 5 && memcmp(back, "Hello", 5) == 0);
+    CHECK(munmap(p, 8192) == 0);
+    CHECK(close(fd) == 0);
+    /* A new open sees it too. */
+    fd = open(M "/map", O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK(pread(fd, back, 12, 4096) == 12 && memcmp(back, "shared write", 12) == 0);
+    CHECK(close(fd) == 0);
+}
+
+static void streams(void) {
+    section = "fdopen";
+    int fd = open(M "/fd.txt", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "r+");
+    CHECK(f != NULL);
+    CHECK(fileno(f) == fd);
+    CHECK(fprintf(f, "line %d\n", 1) == 7);
+    CHECK(fputs("line 2\n", f) >= 0);
+    CHECK(fflush(f) == 0);
+    CHECK(fseek(f, 0, SEEK_SET) == 0);
+    char line[64];
+    CHECK(fgets(line, sizeof line, f) && !strcmp(line, "line 1\n"));
+    CHECK(fgets(line, sizeof line, f) && !strcmp(line, "line 2\n"));
+    CHECK(fclose(f) == 0);
+    CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF); /* fclose closed the descriptor */
+    CHECK(!strcmp(get(M "/fd.txt"), "line 1\nline 2\n"));
+
+    section = "freopen";
+    f = fopen(M "/fr1.txt", "w");
+    CHECK(f != NULL);
+    CHECK(fputs("first", f) >= 0);
+    f = freopen(M "/fr2.txt", "w", f);
+    CHECK(f != NULL);
+    CHECK(fputs("second", f) >= 0);
+    CHECK(fclose(f) == 0);
+    CHECK(!strcmp(get(M "/fr1.txt"), "first"));
+    CHECK(!strcmp(get(M "/fr2.txt"), "second"));
+    /* A stream of a real file reopened onto a pool file, and back. */
+    char real[4200];
+    snprintf(real, sizeof real, "%s/real.txt", real_dir);
+    f = fopen(real, "w");
+    CHECK(f != NULL);
+    f = freopen(M "/fr3.txt", "w+", f);
+    CHECK(f != NULL);
+    CHECK(fprintf(f, "pool %s", "side") > 0);
+    CHECK(fflush(f) == 0);
+    rewind(f);
+    CHECK(fgets(line, sizeof line, f) && !strcmp(line, "pool side"));
+    f = freopen(real, "w", f);
+    CHECK(f != NULL);
+    CHECK(fputs("real side", f) >= 0);
+    CHECK(fclose(f) == 0);
+    CHECK(!strcmp(get(M "/fr3.txt"), "pool side"));
+    CHECK(!strcmp(get(real), "real side"));
+
+    section = "dprintf";
+    fd = open(M "/dp.txt", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(dprintf(fd, "%d-%s-%.1f\n", 42, "x", 2.5) == 9);
+    static char big[3000];
+    memset(big, 'y', sizeof big - 1);
+    CHECK(dprintf(fd, "%s\n", big) == (int)sizeof big);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 9 + (off_t)sizeof big);
+    CHECK(close(fd) == 0);
+    const char *got = get(M "/dp.txt");
+    CHECK(strncmp(got, "42-x-2.5\nyyy", 12) == 0 && strlen(got) == 9 + sizeof big);
+    /* vdprintf through a real descriptor still goes to libc. */
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    CHECK(dprintf(pfd[1], "pipe %d", 7) == 6);
+    CHECK(read(pfd[0], line, sizeof line) == 6 && !memcmp(line, "pipe 7", 6));
+    CHECK(close(pfd[0]) == 0 && close(pfd[1]) == 0);
+}
+
+static void descriptors(void) {
+    section = "dup3";
+    int fd = open(M "/dup.txt", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(dup3(fd, fd, 0) == -1 && errno == EINVAL);
+    CHECK(dup3(fd, 50, O_CLOEXEC) == 50);
+    CHECK(fcntl(50, F_GETFD) == FD_CLOEXEC);
+    CHECK(fcntl(fd, F_GETFD) == 0);
+    CHECK(write(50, "abc", 3) == 3);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 3); /* one description */
+    CHECK(write(fd, "def", 3) == 3);
+    CHECK(close(50) == 0);
+    CHECK(!strcmp(get(M "/dup.txt"), "abcdef"));
+
+    section = "posix_spawn";
+    CHECK(lseek(fd, 3, SEEK_SET) == 3);
+    int out[2];
+    CHECK(pipe(out) == 0);
+    posix_spawn_file_actions_t fa;
+    CHECK(posix_spawn_file_actions_init(&fa) == 0);
+    CHECK(posix_spawn_file_actions_adddup2(&fa, fd, 0) == 0);
+    CHECK(posix_spawn_file_actions_adddup2(&fa, out[1], 1) == 0);
+    CHECK(posix_spawn_file_actions_addclose(&fa, out[0]) == 0);
+    pid_t c;
+    char *argv[] = {"cat", NULL};
+    CHECK(posix_spawn(&c, "/bin/cat", &fa, NULL, argv, environ) == 0);
+    CHECK(posix_spawn_file_actions_destroy(&fa) == 0);
+    CHECK(close(out[1]) == 0);
+    char buf[64] = {0};
+    ssize_t n, got = 0;
+    while ((n = read(out[0], buf + got, sizeof buf - 1 - got)) > 0)
+        got += n;
+    CHECK(got == 3 && !strcmp(buf, "def"));
+    int st;
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(close(out[0]) == 0);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 6); /* the child read through the shared offset */
+    /* posix_spawnp with a shell that writes through an inherited descriptor. */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "printf spawned >&%d", fd);
+    char *argv2[] = {"sh", "-c", cmd, NULL};
+    CHECK(posix_spawnp(&c, "sh", NULL, NULL, argv2, environ) == 0);
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 13);
+    CHECK(close(fd) == 0);
+    CHECK(!strcmp(get(M "/dup.txt"), "abcdefspawned"));
+}
+
+#define RECS 2000
+#define RECLEN 16
+
+static int shared_fd;
+
+static void *writer(void *arg) {
+    char tag = *(char *)arg;
+    char rec[RECLEN + 1];
+    for (int i = 0; i < RECS; i++) {
+        snprintf(rec, sizeof rec, "%c%014d\n", tag, i);
+        if (write(shared_fd, rec, RECLEN) != RECLEN)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void threads(void) {
+    section = "two threads, one descriptor";
+    shared_fd = open(M "/threads.txt", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(shared_fd >= 0);
+    pthread_t t1, t2;
+    char a = 'A', b = 'B';
+    CHECK(pthread_create(&t1, NULL, writer, &a) == 0);
+    CHECK(pthread_create(&t2, NULL, writer, &b) == 0);
+    void *r1, *r2;
+    CHECK(pthread_join(t1, &r1) == 0 && pthread_join(t2, &r2) == 0);
+    CHECK(r1 == NULL && r2 == NULL);
+    CHECK(lseek(shared_fd, 0, SEEK_CUR) == 2 * RECS * RECLEN);
+    CHECK(size_of(M "/threads.txt") == 2 * RECS * RECLEN);
+    /* Every record is whole and each appears once: the shared offset was never lost. */
+    static char all[2 * RECS * RECLEN];
+    CHECK(pread(shared_fd, all, sizeof all, 0) == (ssize_t)sizeof all);
+    static char seen[2][RECS];
+    for (int k = 0; k < 2 * RECS; k++) {
+        char *rec = all + k * RECLEN;
+        CHECK((rec[0] == 'A' || rec[0] == 'B') && rec[RECLEN - 1] == '\n');
+        int i = atoi(rec + 1);
+        CHECK(i >= 0 && i < RECS && !seen[rec[0] - 'A'][i]);
+        seen[rec[0] - 'A'][i] = 1;
+    }
+    CHECK(close(shared_fd) == 0);
+}
+
+static void filesystem_info(void) {
+    section = "statfs/fstatfs/statvfs";
+    struct statfs s1, s2;
+    CHECK(statfs(M, &s1) == 0);
+    CHECK(s1.f_bsize > 0 && s1.f_blocks > 0 && s1.f_bfree <= s1.f_blocks);
+    int fd = open(M "/d/a", O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK(fstatfs(fd, &s2) == 0);
+    CHECK(s2.f_blocks == s1.f_blocks && s2.f_bsize == s1.f_bsize);
+    struct statvfs v1, v2;
+    CHECK(statvfs(M "/d", &v1) == 0 && fstatvfs(fd, &v2) == 0);
+    CHECK(v1.f_blocks == v2.f_blocks && v1.f_blocks > 0 && v1.f_frsize > 0);
+    CHECK((uint64_t)v1.f_blocks * v1.f_frsize == (uint64_t)s1.f_blocks * s1.f_bsize);
+    /* A real file system answers for itself. */
+    struct statfs r;
+    CHECK(statfs("/", &r) == 0 && (r.f_blocks != s1.f_blocks || r.f_type != s1.f_type));
+
+    section = "__xstat";
+    typedef int (*xstat_fn)(int, const char *, struct stat *);
+    typedef int (*fxstat_fn)(int, int, struct stat *);
+    xstat_fn xs = (xstat_fn)dlsym(RTLD_DEFAULT, "__xstat");
+    fxstat_fn fxs = (fxstat_fn)dlsym(RTLD_DEFAULT, "__fxstat");
+    if (xs && fxs) {
+        struct stat st;
+        CHECK(xs(1, M "/d/b", &st) == 0 && st.st_size == 2 && S_ISREG(st.st_mode));
+        CHECK(fxs(1, fd, &st) == 0 && st.st_size == 1);
+        xstat_fn lxs = (xstat_fn)dlsym(RTLD_DEFAULT, "__lxstat");
+        CHECK(lxs != NULL);
+        CHECK(lxs(1, M "/d", &st) == 0 && S_ISDIR(st.st_mode));
+    } else {
+        printf("__xstat not found by dlsym; skipped\n");
+    }
+    CHECK(close(fd) == 0);
+}
+
+static void vectored(void) {
+    section = "pwritev/preadv/preadv2";
+    int fd = open(M "/vec", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    char a[] = "hello ", b[] = "vectors";
+    struct iovec w[2] = {{a, 6}, {b, 7}};
+    CHECK(pwritev(fd, w, 2, 10) == 13);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 0); /* positional */
+    CHECK(size_of(M "/vec") == 23);
+    char x[4] = {0}, y[32] = {0};
+    struct iovec r[2] = {{x, 3}, {y, 31}};
+    CHECK(preadv(fd, r, 2, 10) == 13);
+    CHECK(!memcmp(x, "hel", 3) && !strcmp(y, "lo vectors"));
+    char z[10];
+    CHECK(preadv(fd, (struct iovec[]){{z, 10}}, 1, 0) == 10);
+    for (int i = 0; i < 10; i++)
+        CHECK(z[i] == 0); /* the hole before offset 10 */
+    /* preadv2 at the file offset (-1) advances it; at an explicit offset it does not. */
+    CHECK(lseek(fd, 16, SEEK_SET) == 16);
+    memset(y, 0, sizeof y);
+    CHECK(preadv2(fd, (struct iovec[]){{y, 4}}, 1, -1, 0) == 4 && !memcmp(y, "vect", 4));
+    CHECK(lseek(fd, 0, SEEK_CUR) == 20);
+    CHECK(preadv2(fd, (struct iovec[]){{y, 3}}, 1, 10, 0) == 3 && !memcmp(y, "hel", 3));
+    CHECK(lseek(fd, 0, SEEK_CUR) == 20);
+    CHECK(pwritev2(fd, (struct iovec[]){{"!!!", 3}}, 1, -1, 0) == 3);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 23);
+    CHECK(close(fd) == 0);
+    const char *g = get(M "/vec");
+    CHECK(!memcmp(g + 10, "hello vect!!!", 13));
+
+    section = "truncate/truncate64";
+    CHECK(truncate(M "/vec", 15) == 0);
+    CHECK(size_of(M "/vec") == 15);
+    CHECK(truncate64(M "/vec", 100000) == 0);
+    CHECK(size_of(M "/vec") == 100000);
+    fd = open(M "/vec", O_RDONLY);
+    CHECK(fd >= 0);
+    char tail[8];
+    CHECK(pread(fd, tail, 8, 12) == 8 && !memcmp(tail, "llo\0\0\0\0\0", 8));
+    CHECK(close(fd) == 0);
+    CHECK(truncate(M "/nope/x", 0) == -1 && errno == ENOENT);
+}
+
+static void boundary(void) {
+    section = "EXDEV";
+    char real[4200], real2[4200];
+    snprintf(real, sizeof real, "%s/cross", real_dir);
+    snprintf(real2, sizeof real2, "%s/cross2", real_dir);
+    put(M "/cross", "pool");
+    put(real, "real");
+    CHECK(rename(M "/cross", real2) == -1 && errno == EXDEV);
+    CHECK(rename(real, M "/cross2") == -1 && errno == EXDEV);
+    CHECK(renameat2(AT_FDCWD, M "/cross", AT_FDCWD, real2, 0) == -1 && errno == EXDEV);
+    CHECK(renameat2(AT_FDCWD, real, AT_FDCWD, M "/cross2", RENAME_NOREPLACE) == -1 &&
+          errno == EXDEV);
+    CHECK(linkat(AT_FDCWD, real, AT_FDCWD, M "/cross2", 0) == -1 && errno == EXDEV);
+    CHECK(linkat(AT_FDCWD, M "/cross", AT_FDCWD, real2, 0) == -1 && errno == EXDEV);
+    CHECK(link(M "/cross", real2) == -1 && errno == EXDEV);
+    /* Nothing moved. */
+    CHECK(!strcmp(get(M "/cross"), "pool") && !strcmp(get(real), "real"));
+    CHECK(access(real2, F_OK) == -1 && errno == ENOENT);
+    CHECK(access(M "/cross2", F_OK) == -1 && errno == ENOENT);
+    /* Within one side, renameat2 works. */
+    CHECK(renameat2(AT_FDCWD, M "/cross", AT_FDCWD, M "/cross2", RENAME_NOREPLACE) == 0);
+    CHECK(!strcmp(get(M "/cross2"), "pool"));
+}
+
+static void relative(void) {
+    section = "openat(AT_FDCWD) after chdir into the prefix";
+    char home[4096];
+    CHECK(getcwd(home, sizeof home) != NULL);
+    CHECK(chdir(M "/d") == 0);
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) && !strcmp(cwd, M "/d"));
+    int fd = openat(AT_FDCWD, "rel.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "relative", 8) == 8);
+    CHECK(close(fd) == 0);
+    CHECK(size_of(M "/d/rel.txt") == 8);
+    fd = openat(AT_FDCWD, "../top.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(close(fd) == 0);
+    CHECK(access(M "/top.txt", F_OK) == 0);
+    fd = openat(AT_FDCWD, "./a", O_RDONLY);
+    CHECK(fd >= 0);
+    char c;
+    CHECK(read(fd, &c, 1) == 1 && c == 'a');
+    CHECK(close(fd) == 0);
+    CHECK(openat(AT_FDCWD, "missing", O_RDONLY) == -1 && errno == ENOENT);
+    struct stat st;
+    CHECK(fstatat(AT_FDCWD, "b", &st, 0) == 0 && st.st_size == 2);
+    /* getwd answers the virtual directory too. */
+    char wd[PATH_MAX];
+    CHECK(getwd(wd) && !strcmp(wd, M "/d"));
+    CHECK(chdir(home) == 0);
+    CHECK(getcwd(cwd, sizeof cwd) && !strcmp(cwd, home));
+    CHECK(openat(AT_FDCWD, "rel.txt", O_RDONLY) == -1 && errno == ENOENT);
+
+    section = "openat(real directory, path into the prefix)";
+    int root = open("/", O_RDONLY | O_DIRECTORY);
+    CHECK(root >= 0);
+    fd = openat(root, "mnt/engram/d/rel.txt", O_RDONLY);
+    CHECK(fd >= 0);
+    char buf[16] = {0};
+    CHECK(read(fd, buf, sizeof buf) == 8 && !strcmp(buf, "relative"));
+    CHECK(close(fd) == 0);
+    CHECK(fstatat(root, "./mnt//engram/d/b", &st, 0) == 0 && st.st_size == 2);
+    CHECK(mkdirat(root, "mnt/engram/viaroot", 0755) == 0);
+    CHECK(access(M "/viaroot", F_OK) == 0);
+    int tmp = open("/tmp", O_RDONLY | O_DIRECTORY);
+    CHECK(tmp >= 0);
+    fd = openat(tmp, "../mnt/engram/d/a", O_RDONLY);
+    CHECK(fd >= 0 && read(fd, &c, 1) == 1 && c == 'a');
+    CHECK(close(fd) == 0);
+    /* Paths that stay outside are the kernel's, as before. */
+    CHECK(fstatat(root, "tmp", &st, 0) == 0 && S_ISDIR(st.st_mode));
+    CHECK(openat(root, "mnt/engramx", O_RDONLY) == -1 && errno == ENOENT);
+    CHECK(close(root) == 0 && close(tmp) == 0);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2 && strlen(argv[1]) < sizeof real_dir);
+    strcpy(real_dir, argv[1]);
+    setvbuf(stdout, NULL, _IONBF, 0);
+    directories();
+    locks();
+    mappings();
+    streams();
+    descriptors();
+    threads();
+    filesystem_info();
+    vectored();
+    boundary();
+    relative();
+    printf("CALLS-OK\n");
+    return 0;
+}
