@@ -104,11 +104,17 @@ pub enum Request {
         end: u64,
         check: Option<WriteCheck>,
     },
+    /// Open a handle; `write` for an open that may write (the server checks write permission
+    /// with the caller's credentials, and takes write commits only from a client that holds
+    /// the inode open for writing).
     Open {
         target: Handle,
+        write: bool,
     },
+    /// Close a handle opened with the same `write`.
     Close {
         target: Handle,
+        write: bool,
     },
     Statfs,
     Sync,

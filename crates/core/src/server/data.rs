@@ -108,7 +108,14 @@ impl Server {
                     "write commit names a page it does not own",
                 ));
             }
+            if pg >= end.div_ceil(PAGE) {
+                return Err(Error::with_msg(
+                    libc::EINVAL,
+                    "write commit names a page beyond its end",
+                ));
+            }
         }
+        self.check_end(&d, &seen, end, check)?;
         if let Some(c) = check {
             self.check_write(&d, pages, end, c)?;
         }
@@ -136,6 +143,48 @@ impl Server {
         let old: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
         self.retire(&old);
         Ok(Response::Done)
+    }
+
+    /// The size a commit may set: a checked commit (another process may write the file)
+    /// supplies every page of the range it wrote, so it grows the file only over its own
+    /// bytes; an unchecked one grows it at most to the end of a page it supplies or the
+    /// file already has (bytes written in place beyond the end of file).
+    fn check_end(
+        &self,
+        d: &InodeData,
+        supplied: &HashSet<u64>,
+        end: u64,
+        check: Option<&WriteCheck>,
+    ) -> Result<()> {
+        let bad = |why: &str| {
+            Err(Error::with_msg(
+                libc::EINVAL,
+                format!("write commit: {why}"),
+            ))
+        };
+        match check {
+            Some(c) => {
+                if c.start >= end {
+                    return bad("its range is empty");
+                }
+                let (first, last) = (c.start / PAGE, end.div_ceil(PAGE));
+                if supplied.len() as u64 != last - first
+                    || supplied.iter().any(|&pg| pg < first || pg >= last)
+                {
+                    return bad("its pages do not cover the range it wrote");
+                }
+            }
+            None if end > d.size => {
+                let tail = (end - 1) / PAGE;
+                if !supplied.contains(&tail)
+                    && index::lookup(&self.pool, &self.geo, d.root, d.height, tail)? == 0
+                {
+                    return bad("it grows the file beyond the pages it wrote");
+                }
+            }
+            None => {}
+        }
+        Ok(())
     }
 
     /// Refuse (EAGAIN) a write prepared against pages or a size that another process has
