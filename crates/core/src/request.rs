@@ -148,3 +148,29 @@ pub enum Response {
     Fsck(crate::server::FsckReport),
     Stats(crate::server::ServerStats),
 }
+
+impl Request {
+    /// A short name of the request (for the daemon's log).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Create { .. } => "create",
+            Request::Mkdir { .. } => "mkdir",
+            Request::Symlink { .. } => "symlink",
+            Request::Link { .. } => "link",
+            Request::Unlink { dir: false, .. } => "unlink",
+            Request::Unlink { dir: true, .. } => "rmdir",
+            Request::Rename { .. } => "rename",
+            Request::SetAttr { .. } => "setattr",
+            Request::Fallocate { .. } => "fallocate",
+            Request::Reserve { .. } => "reserve",
+            Request::Unreserve { .. } => "unreserve",
+            Request::CommitWrite { .. } => "commit-write",
+            Request::Open { .. } => "open",
+            Request::Close { .. } => "close",
+            Request::Statfs => "statfs",
+            Request::Sync => "sync",
+            Request::Fsck { .. } => "fsck",
+            Request::Stats => "stats",
+        }
+    }
+}

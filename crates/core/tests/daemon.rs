@@ -4,16 +4,17 @@
 mod common;
 #[path = "daemon/forged.rs"]
 mod forged;
+#[path = "daemon/isolation.rs"]
+mod isolation;
 
-use engram_core::daemon::{ServeOptions, serve};
+use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use engram_core::{Fs, OpenOptions, Options};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 struct Daemon {
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     thread: Option<std::thread::JoinHandle<engram_core::Result<()>>>,
     socket: PathBuf,
     pool: PathBuf,
@@ -31,10 +32,10 @@ impl Daemon {
         ));
         let _ = std::fs::remove_file(&pool);
         Fs::mkfs(&pool, size).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::new());
         let (p, s, st) = (pool.clone(), socket.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
-            serve(
+            serve_until(
                 &p,
                 &ServeOptions {
                     socket: s,
@@ -60,14 +61,14 @@ impl Daemon {
 
     /// Stop the daemon (it checkpoints and marks the pool clean).
     fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.stop();
         self.thread.take().unwrap().join().unwrap().unwrap();
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -151,6 +152,7 @@ fn worker_entry() {
     match role.as_str() {
         "mixed" => mixed_worker(&fs, &arg),
         "pattern-writer" => pattern_writer(&fs),
+        "common-store" => isolation::store_into_common(&fs),
         "stray-store" => {
             let geo = fs.mount_info().geometry;
             let p = fs.pool().as_ptr();
