@@ -6,6 +6,8 @@ mod common;
 mod forged;
 #[path = "daemon/isolation.rs"]
 mod isolation;
+#[path = "daemon/killed.rs"]
+mod killed;
 
 use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use engram_core::{Fs, OpenOptions, Options};
@@ -153,6 +155,8 @@ fn worker_entry() {
         "mixed" => mixed_worker(&fs, &arg),
         "pattern-writer" => pattern_writer(&fs),
         "common-store" => isolation::store_into_common(&fs),
+        "hold-and-hang" => killed::hold_and_hang(&fs),
+        "overlap-writer" => killed::overlap_writer(&fs, &arg),
         "stray-store" => {
             let geo = fs.mount_info().geometry;
             let p = fs.pool().as_ptr();

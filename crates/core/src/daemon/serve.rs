@@ -241,6 +241,15 @@ fn run(
         sh.quit.store(true, Ordering::SeqCst);
         sh.wake_watcher();
         let _ = watcher.join();
+        // Clients still there when the daemon stops are disconnected now (and logged once).
+        let mut c = lock(&sh.conns);
+        let mut left = std::mem::take(&mut c.dead);
+        left.extend(c.live.drain().map(|(id, conn)| (id, conn.index)));
+        left.sort_unstable();
+        for (id, _) in left {
+            server.disconnect(id);
+            log(&format!("client {id} disconnected"));
+        }
         r
     });
     let _ = std::fs::remove_file(&opts.socket);
