@@ -13,7 +13,7 @@ use crate::recovery;
 use crate::server::{self, ClientId, Server};
 use crate::wire::{self, Writer};
 use engram_pmem::Pool;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -277,7 +277,10 @@ fn run_loop(
     let mut clients: Vec<Client> = Vec::new();
     let mut seen_version = u64::MAX;
     let mut idle_spins = 0u32;
+    // Idle means: no client connected, and none that sent a request for `idle_exit` (a
+    // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
+    let mut active: HashSet<ClientId> = HashSet::new();
     let mut buf = Writer::default();
     loop {
         // Read the wake words before looking at what they announce: a change after this
@@ -301,6 +304,9 @@ fn run_loop(
                     continue;
                 }
                 c.free.push(index);
+                if active.remove(&id) {
+                    last_client = Instant::now();
+                }
                 log(&format!("client {id} disconnected"));
             }
             if c.version != seen_version {
@@ -325,12 +331,9 @@ fn run_loop(
                 }
                 Some(at)
             }
-            _ => {
-                last_client = Instant::now();
-                None
-            }
+            _ => None,
         };
-        if serve_slots(server, sh.area, &clients, &mut buf, log) {
+        if serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) {
             idle_spins = 0;
             continue;
         }
@@ -351,7 +354,7 @@ fn run_loop(
             })
             .collect();
         common.sleeping().store(1, Ordering::SeqCst);
-        if !serve_slots(server, sh.area, &clients, &mut buf, log) && !stop.stopped() {
+        if !serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) && !stop.stopped() {
             let mut waiters = vec![Waiter {
                 word: &sh.ctl,
                 expected: ctl_seen,
@@ -396,6 +399,7 @@ fn serve_slots(
     area: &ClientArea,
     clients: &[Client],
     buf: &mut Writer,
+    active: &mut HashSet<ClientId>,
     log: &(dyn Fn(&str) + Sync),
 ) -> bool {
     let mut any = false;
@@ -407,6 +411,7 @@ fn serve_slots(
                 continue;
             }
             any = true;
+            active.insert(c.id);
             let mut kind = "undecodable request";
             let result = wire::decode_request(&slot.get()).and_then(|req| {
                 kind = req.kind();
