@@ -1,17 +1,17 @@
 //! Throughput through the daemon with 1 and 2 client *processes* (not threads), against the
-//! in-process engine: each client is this executable started again as a worker
+//! in-process engine, and the latency of each operation (one thread: the mean time of an
+//! operation in a closed loop): each client is this executable started again as a worker
 //! (`ENGRAM_BENCH_CLIENT`), connected to a daemon that runs in this process.
 
-use engram_core::daemon::{ServeOptions, serve};
+use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use engram_core::{Fs, OpenOptions, Options};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const ENV: &str = "ENGRAM_BENCH_CLIENT";
-const OPS: [&str; 3] = ["create", "stat", "write4k"];
+const OPS: [&str; 4] = ["create", "stat", "write4k", "read4k"];
 
 /// Most creates one client does (the pool has a fixed number of inodes).
 const MAX_CREATES: u64 = 40_000;
@@ -29,6 +29,7 @@ fn work(fs: &Fs, op: &str, dir: &str, secs: f64) -> Result<f64, String> {
         .map_err(e)?;
     f.write_at(&vec![1u8; 1 << 20], 0).map_err(e)?;
     let page = vec![7u8; 4096];
+    let mut buf = vec![0u8; 4096];
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(secs);
     let mut n = 0u64;
@@ -43,6 +44,7 @@ fn work(fs: &Fs, op: &str, dir: &str, secs: f64) -> Result<f64, String> {
                     .map_err(e)?,
                 ),
                 "stat" => drop(fs.stat(format!("{dir}/data")).map_err(e)?),
+                "read4k" => drop(f.read_at(&mut buf, (n % 256) * 4096).map_err(e)?),
                 _ => drop(f.write_at(&page, (n % 256) * 4096).map_err(e)?),
             }
             n += 1;
@@ -119,10 +121,10 @@ pub fn run(quick: bool) -> Result<(), String> {
     for p in [&served, &local] {
         Fs::mkfs(p, 1 << 30).map_err(|e| e.to_string())?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(Stop::new());
     let (p, s, st) = (served.clone(), socket.clone(), stop.clone());
     let daemon = std::thread::spawn(move || {
-        serve(
+        serve_until(
             Path::new(&p),
             &ServeOptions {
                 socket: s.into(),
@@ -143,19 +145,23 @@ pub fn run(quick: bool) -> Result<(), String> {
     );
     let local_fs = Fs::open(&local, &Options::default()).map_err(|e| e.to_string())?;
     let mut result = Ok(());
+    let mut latency = Vec::new();
     for (round, op) in OPS.iter().enumerate() {
         let native = work(&local_fs, op, &format!("/l{round}"), secs)?;
         let one = through_daemon(Path::new(&socket), op, 1, secs, round * 10);
         let two = through_daemon(Path::new(&socket), op, 2, secs, round * 10 + 1);
         match (one, two) {
-            (Ok(one), Ok(two)) => println!(
-                "  {op:<10} {:>12.0}/s {:>14.0}/s {:>14.0}/s {:>11.2}x {:>11.2}x",
-                native,
-                one,
-                two,
-                one / native,
-                two / one
-            ),
+            (Ok(one), Ok(two)) => {
+                println!(
+                    "  {op:<10} {:>12.0}/s {:>14.0}/s {:>14.0}/s {:>11.2}x {:>11.2}x",
+                    native,
+                    one,
+                    two,
+                    one / native,
+                    two / one
+                );
+                latency.push((op, 1e6 / native, 1e6 / one));
+            }
             (Err(e), _) | (_, Err(e)) => {
                 result = Err(e);
                 break;
@@ -163,10 +169,21 @@ pub fn run(quick: bool) -> Result<(), String> {
         }
     }
     println!(
-        "  note: each client process runs one thread; {secs} s per cell (creates: at most {MAX_CREATES} per client); write4k overwrites a 1 MiB file in 4 KiB pages"
+        "  note: each client process runs one thread; {secs} s per cell (creates: at most {MAX_CREATES} per client); write4k overwrites, read4k reads a 1 MiB file in 4 KiB pages"
     );
+    println!("\n  latency, µs/op (one thread; the mean of a closed loop, from the rows above):");
+    println!(
+        "  {:<10} {:>12} {:>12} {:>18}",
+        "operation", "in-process", "daemon", "daemon/in-process"
+    );
+    for (op, native, daemon) in latency {
+        println!(
+            "  {op:<10} {native:>12.2} {daemon:>12.2} {:>17.2}x",
+            daemon / native
+        );
+    }
     drop(local_fs);
-    stop.store(true, Ordering::SeqCst);
+    stop.stop();
     let _ = daemon.join();
     for p in [&served, &local] {
         let _ = std::fs::remove_file(p);

@@ -1,9 +1,8 @@
 //! `engram serve POOL [--socket PATH]`: the daemon that lets several processes share a pool.
 
 use crate::error::{Context, Result};
-use engram_core::daemon::{ServeOptions, serve};
+use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -25,22 +24,22 @@ pub fn default_socket(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+static STOP: Stop = Stop::new();
 
 extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+    STOP.stop();
 }
 
 pub fn run(a: &Args) -> Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+        // SAFETY: installing an async-signal-safe handler (an atomic store and a futex wake).
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
     let opts = ServeOptions {
         socket: a.socket.clone().unwrap_or_else(|| default_socket(&a.pool)),
         idle_exit: a.idle_exit.map(Duration::from_secs),
     };
-    serve(&a.pool, &opts, &STOP, &|line| {
+    serve_until(&a.pool, &opts, &STOP, &|line| {
         eprintln!("engram serve: {line}")
     })
     .context(format_args!("{}", a.pool.display()))

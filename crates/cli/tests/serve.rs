@@ -44,10 +44,10 @@ fn serve_shares_the_pool_and_stops_cleanly_on_sigterm() {
     let out = daemon.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     let log = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        log.contains("connected") && log.contains("disconnected"),
-        "{log}"
-    );
+    // The probe in `start`, a and b: three clients, each connected and disconnected once.
+    let (on, off) = sessions(&log);
+    assert_eq!(on.len(), 3, "{log}");
+    assert_eq!(on, off, "{log}");
     assert!(log.contains("marked clean"), "{log}");
     assert!(!socket.exists(), "the socket is removed");
     let fs = Fs::open(pool.path(), &Options::default()).unwrap();
@@ -55,9 +55,65 @@ fn serve_shares_the_pool_and_stops_cleanly_on_sigterm() {
     assert_eq!(fs.read_file("/from-a").unwrap(), b"a");
     assert!(fs.fsck(false).unwrap().is_clean());
     drop(fs);
+    // SIGINT with a client still connected that holds an unlinked file open.
     daemon = start(&pool, &socket);
+    let c = Fs::connect(&socket).unwrap();
+    c.write_file("/kept", &[4u8; 10000]).unwrap();
+    c.write_file("/gone", &[5u8; 10000]).unwrap();
+    let held = c
+        .open_file("/gone", &engram_core::OpenOptions::new().read(true))
+        .unwrap();
+    c.unlink("/gone").unwrap();
+    // A request the server refuses is logged, once.
+    assert!(c.mkdir("/kept", 0o755).is_err());
     signal(&daemon, libc::SIGINT);
-    assert!(daemon.wait().unwrap().success());
+    let out = daemon.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let (on, off) = sessions(&log);
+    assert_eq!((on.len(), on.clone()), (2, off), "{log}");
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains(" failed: ")).collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert!(
+        failed[0].starts_with(&format!(
+            "engram serve: client {}: mkdir failed: errno 17",
+            on[1]
+        )),
+        "{log}"
+    );
+    drop((held, c));
+    let fs = Fs::open(pool.path(), &Options::default()).unwrap();
+    assert!(fs.mount_info().was_clean, "SIGINT leaves the pool clean");
+    assert_eq!(fs.read_file("/kept").unwrap(), [4u8; 10000]);
+    assert!(fs.stat("/gone").is_err());
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+/// The client ids of the log's "client N connected (...)" and "client N disconnected"
+/// lines, each list sorted. Other lines that mention clients ("client N: open failed")
+/// do not count, nor does "disconnected" count as "connected".
+fn sessions(log: &str) -> (Vec<u64>, Vec<u64>) {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("engram serve: client ") else {
+            continue;
+        };
+        let Some((id, what)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u64>() else {
+            continue;
+        };
+        if what.starts_with("connected (pid ") {
+            on.push(id);
+        } else if what == "disconnected" {
+            off.push(id);
+        }
+    }
+    on.sort_unstable();
+    off.sort_unstable();
+    (on, off)
 }
 
 #[test]

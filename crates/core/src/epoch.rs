@@ -5,7 +5,7 @@
 //! in shared memory for clients of other processes.
 
 use std::any::Any;
-use std::ops::{Deref, Range};
+use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
@@ -66,11 +66,12 @@ impl Deref for Atomics {
 }
 
 /// Epoch-based reclamation: a global epoch and one slot per concurrently pinned reader.
-/// A client pins only in its own range of slots; the server scans them all.
+/// Slots come in groups (one per client process of the daemon, each in memory that client
+/// owns); a client pins only in its own group, the server scans them all.
 pub struct Epochs {
     global: Atomics,
-    slots: Atomics,
-    mine: Range<usize>,
+    groups: Vec<Atomics>,
+    mine: usize,
 }
 
 /// While held, nothing retired at or after the pinned epoch is reused.
@@ -94,31 +95,32 @@ impl Epochs {
         global[0].store(1, Ordering::Relaxed);
         Epochs {
             global,
-            slots: Atomics::zeroed(slots),
-            mine: 0..slots,
+            groups: vec![Atomics::zeroed(slots)],
+            mine: 0,
         }
     }
 
     /// Epochs in shared memory: `global` holds one word (initialised to 1 by whoever
-    /// created it), `slots` every reader slot, `mine` the ones this process pins in.
-    pub fn shared(global: Atomics, slots: Atomics, mine: Range<usize>) -> Epochs {
+    /// created it), `groups` the reader slots, `mine` the group this process pins in (the
+    /// server, which never pins, passes an index past the end).
+    pub fn shared(global: Atomics, groups: Vec<Atomics>, mine: usize) -> Epochs {
         Epochs {
             global,
-            slots,
+            groups,
             mine,
         }
     }
 
-    /// Unpin every slot in `range` (the slots of a client that died while pinned).
-    pub fn clear(&self, range: Range<usize>) {
-        for s in &self.slots[range] {
+    /// Unpin every slot of group `g` (a client that died while pinned).
+    pub fn clear(&self, g: usize) {
+        for s in self.groups.get(g).map_or(&[][..], |a| &a[..]) {
             s.store(0, Ordering::SeqCst);
         }
     }
 
     /// Pin the current epoch for the duration of a read.
     pub fn pin(&self) -> Guard<'_> {
-        let mine = &self.slots[self.mine.clone()];
+        let mine = &self.groups[self.mine];
         let n = mine.len();
         let mut i = SLOT_HINT.with(|h| h.get());
         if i >= n {
@@ -155,7 +157,7 @@ impl Epochs {
     pub fn safe_epoch(&self) -> u64 {
         fence(Ordering::SeqCst);
         let mut min = self.global[0].load(Ordering::SeqCst);
-        for s in self.slots.iter() {
+        for s in self.groups.iter().flat_map(|g| g.iter()) {
             let v = s.load(Ordering::SeqCst);
             if v != 0 && v < min {
                 min = v;
@@ -194,7 +196,7 @@ impl SeqTable {
         for s in self.seqs.iter() {
             let v = s.load(Ordering::Relaxed);
             if v & 1 == 1 {
-                s.store(v + 1, Ordering::Release);
+                s.store(v.wrapping_add(1), Ordering::Release);
             }
         }
     }
@@ -227,13 +229,13 @@ impl SeqTable {
     // would also wait for every cache-line write-back in flight.
     pub fn write_begin(&self, ino: u64) {
         let s = &self.seqs[ino as usize];
-        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        s.store(s.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
     pub fn write_end(&self, ino: u64) {
         let s = &self.seqs[ino as usize];
-        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Release);
+        s.store(s.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
     }
 }
 

@@ -104,11 +104,17 @@ pub enum Request {
         end: u64,
         check: Option<WriteCheck>,
     },
+    /// Open a handle; `write` for an open that may write (the server checks write permission
+    /// with the caller's credentials, and takes write commits only from a client that holds
+    /// the inode open for writing).
     Open {
         target: Handle,
+        write: bool,
     },
+    /// Close a handle opened with the same `write`.
     Close {
         target: Handle,
+        write: bool,
     },
     Statfs,
     Sync,
@@ -141,4 +147,30 @@ pub enum Response {
     StatFs(StatFs),
     Fsck(crate::server::FsckReport),
     Stats(crate::server::ServerStats),
+}
+
+impl Request {
+    /// A short name of the request (for the daemon's log).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Create { .. } => "create",
+            Request::Mkdir { .. } => "mkdir",
+            Request::Symlink { .. } => "symlink",
+            Request::Link { .. } => "link",
+            Request::Unlink { dir: false, .. } => "unlink",
+            Request::Unlink { dir: true, .. } => "rmdir",
+            Request::Rename { .. } => "rename",
+            Request::SetAttr { .. } => "setattr",
+            Request::Fallocate { .. } => "fallocate",
+            Request::Reserve { .. } => "reserve",
+            Request::Unreserve { .. } => "unreserve",
+            Request::CommitWrite { .. } => "commit-write",
+            Request::Open { .. } => "open",
+            Request::Close { .. } => "close",
+            Request::Statfs => "statfs",
+            Request::Sync => "sync",
+            Request::Fsck { .. } => "fsck",
+            Request::Stats => "stats",
+        }
+    }
 }

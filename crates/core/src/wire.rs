@@ -239,13 +239,15 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
                 }
             }
         }
-        Request::Open { target } => {
+        Request::Open { target, write } => {
             w.u8(12);
             w.handle(*target);
+            w.u8(*write as u8);
         }
-        Request::Close { target } => {
+        Request::Close { target, write } => {
             w.u8(13);
             w.handle(*target);
+            w.u8(*write as u8);
         }
         Request::Statfs => w.u8(14),
         Request::Sync => w.u8(15),
@@ -340,9 +342,11 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
         }
         12 => Request::Open {
             target: r.handle()?,
+            write: r.u8()? != 0,
         },
         13 => Request::Close {
             target: r.handle()?,
+            write: r.u8()? != 0,
         },
         14 => Request::Statfs,
         15 => Request::Sync,
@@ -509,6 +513,14 @@ mod tests {
             },
             Request::Unreserve {
                 pages: vec![1, 2, 3],
+            },
+            Request::Open {
+                target: h,
+                write: true,
+            },
+            Request::Close {
+                target: h,
+                write: false,
             },
             Request::Stats,
         ];

@@ -1,11 +1,13 @@
 //! The client end of the daemon's shared-memory transport.
 
+use super::futex;
 use super::handshake::{self, Hello};
-use super::shm::{self, REPLY, REQUEST, SLOTS_PER_CLIENT, Shm};
+use super::shm::{self, ClientRegion, Common, REPLY, REQUEST, SLOTS_PER_CLIENT};
+use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::request::{Request, Response};
 use crate::wire::{self, Writer};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -32,7 +34,11 @@ fn high_fd(stream: UnixStream) -> Result<UnixStream> {
 const SPINS: u32 = 4000;
 
 pub struct Remote {
-    pub shm: Shm,
+    /// The server's region (header, global epoch, sequence counters), mapped read-only.
+    common: Common,
+    common_fd: OwnedFd,
+    /// This client's own region: doorbell, epoch slots, request slots.
+    mine: ClientRegion,
     pub hello: Hello,
     /// Kept open: the server notices the client is gone when it closes.
     stream: UnixStream,
@@ -50,20 +56,37 @@ impl Remote {
             )
         })?;
         let stream = high_fd(stream)?;
-        let (hello, fd) = handshake::recv_hello(&stream)
+        let (hello, [common_fd, mine]) = handshake::recv_hello(&stream)
             .map_err(|e| Error::with_msg(libc::EPROTO, format!("daemon handshake failed: {e}")))?;
-        if hello.index as usize >= shm::MAX_CLIENTS {
-            return Err(Error::with_msg(
-                libc::EPROTO,
-                "daemon gave an invalid client slot",
-            ));
-        }
-        let shm = Shm::attach(fd)?;
-        Ok(Remote { shm, hello, stream })
+        let common = Common::attach(&common_fd)?;
+        let mine = ClientRegion::attach(&mine)?;
+        Ok(Remote {
+            common,
+            common_fd,
+            mine,
+            hello,
+            stream,
+        })
     }
 
-    pub fn index(&self) -> usize {
-        self.hello.index as usize
+    /// Epochs: pinned in this client's own slots, against the server's global epoch.
+    pub fn epochs(&self) -> Epochs {
+        Epochs::shared(self.common.global_epoch(), vec![self.mine.epochs()], 0)
+    }
+
+    pub fn seqs(&self) -> SeqTable {
+        self.common.seqs()
+    }
+
+    /// The descriptor and mapping of the server's region (tests check that a client can
+    /// neither write the mapping nor map the descriptor writable).
+    pub fn common_region(&self) -> (RawFd, *const u8) {
+        (self.common_fd.as_raw_fd(), self.common.as_ptr())
+    }
+
+    /// This client's own region (what it may write: doorbell, epochs, slots) and its size.
+    pub fn own_region(&self) -> (*mut u8, usize) {
+        (self.mine.as_mut_ptr(), shm::CLIENT_BYTES)
     }
 
     fn daemon_gone(&self) -> bool {
@@ -91,9 +114,10 @@ impl Remote {
             return Err(Error::with_msg(libc::E2BIG, e.to_string()));
         }
         slot.state().store(REQUEST, Ordering::SeqCst);
-        self.shm.doorbell().fetch_add(1, Ordering::SeqCst);
-        if self.shm.server_sleeping().load(Ordering::SeqCst) != 0 {
-            shm::futex_wake(self.shm.doorbell());
+        let bell = self.mine.region().bell();
+        bell.fetch_add(1, Ordering::SeqCst);
+        if self.common.sleeping().load(Ordering::SeqCst) != 0 {
+            futex::wake(bell);
         }
         let mut spins = 0u32;
         while slot.state().load(Ordering::Acquire) != REPLY {
@@ -104,7 +128,7 @@ impl Remote {
             }
             slot.waiting().store(1, Ordering::SeqCst);
             if slot.state().load(Ordering::SeqCst) == REQUEST {
-                shm::futex_wait(slot.state(), REQUEST, Duration::from_millis(200));
+                futex::wait(slot.state(), REQUEST, Duration::from_millis(200));
             }
             if slot.state().load(Ordering::Acquire) != REPLY && self.daemon_gone() {
                 return Err(Error::with_msg(
@@ -123,7 +147,7 @@ impl Remote {
         let mut round = 0usize;
         loop {
             for i in 0..SLOTS_PER_CLIENT {
-                let s = self.shm.slot(self.index(), (i + round) % SLOTS_PER_CLIENT);
+                let s = self.mine.region().slot((i + round) % SLOTS_PER_CLIENT);
                 if s.owner()
                     .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()

@@ -1,5 +1,6 @@
 //! The socket handshake: the server tells a new client who it is and where the pool is, and
-//! hands over the shared-memory descriptor (SCM_RIGHTS); it learns the client's credentials
+//! hands over two shared-memory descriptors (SCM_RIGHTS): the common region (which the client
+//! can only map read-only) and the client's own region; it learns the client's credentials
 //! from the socket (SO_PEERCRED), never from what the client says.
 
 use crate::perm::Creds;
@@ -16,10 +17,13 @@ pub struct Hello {
     pub pool_path: Vec<u8>,
 }
 
-/// Room for one control message carrying one descriptor (u64s keep it aligned).
+/// Descriptors the greeting carries: the common region, then the client's region.
+pub const FDS: usize = 2;
+
+/// Room for one control message carrying FDS descriptors (u64s keep it aligned).
 fn control_buffer() -> Vec<u64> {
     // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE((FDS * std::mem::size_of::<RawFd>()) as u32) } as usize;
     vec![0u64; space.div_ceil(8)]
 }
 
@@ -34,8 +38,8 @@ fn header(iov: &mut libc::iovec, cbuf: &mut [u64]) -> libc::msghdr {
     hdr
 }
 
-/// Send the greeting with `fd` attached.
-pub fn send_hello(stream: &UnixStream, hello: &Hello, fd: RawFd) -> io::Result<()> {
+/// Send the greeting with `fds` attached.
+pub fn send_hello(stream: &UnixStream, hello: &Hello, fds: [RawFd; FDS]) -> io::Result<()> {
     let mut msg = Vec::new();
     for w in [
         MAGIC,
@@ -52,14 +56,14 @@ pub fn send_hello(stream: &UnixStream, hello: &Hello, fd: RawFd) -> io::Result<(
     };
     let mut cbuf = control_buffer();
     let hdr = header(&mut iov, &mut cbuf);
-    // SAFETY: the control buffer has room for one cmsg carrying one descriptor (CMSG_SPACE),
-    // and every pointer written stays inside it.
+    // SAFETY: the control buffer has room for one cmsg carrying FDS descriptors
+    // (CMSG_SPACE), and every pointer written stays inside it.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&hdr);
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        (*c).cmsg_len = libc::CMSG_LEN((FDS * std::mem::size_of::<RawFd>()) as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut [RawFd; FDS], fds);
     }
     // SAFETY: hdr points at live buffers for the duration of the call.
     let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
@@ -75,8 +79,8 @@ pub fn send_hello(stream: &UnixStream, hello: &Hello, fd: RawFd) -> io::Result<(
     Ok(())
 }
 
-/// Receive the greeting and the shared-memory descriptor.
-pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, OwnedFd)> {
+/// Receive the greeting and the shared-memory descriptors.
+pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, [OwnedFd; FDS])> {
     let mut head = [0u8; 32];
     let mut iov = libc::iovec {
         iov_base: head.as_mut_ptr() as *mut libc::c_void,
@@ -98,20 +102,25 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, OwnedFd)> {
             "the daemon refused the connection (its log says why: the pool file's permissions, or too many clients)",
         ));
     }
-    // SAFETY: reading the control message the kernel wrote, if any.
-    let fd = unsafe {
+    // SAFETY: reading the control message the kernel wrote, if any, after checking that it
+    // carries FDS descriptors.
+    let raw = unsafe {
         let c = libc::CMSG_FIRSTHDR(&hdr);
-        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+        let want = libc::CMSG_LEN((FDS * std::mem::size_of::<RawFd>()) as u32) as usize;
+        if c.is_null()
+            || (*c).cmsg_level != libc::SOL_SOCKET
+            || (*c).cmsg_type != libc::SCM_RIGHTS
+            || (*c).cmsg_len != want
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "handshake carried no descriptor",
+                "handshake carried no descriptors",
             ));
         }
-        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd)
+        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [RawFd; FDS])
     };
-    // SAFETY: the kernel installed this descriptor for us; we now own it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: the kernel installed these descriptors for us; we now own them.
+    let fd = raw.map(|f| unsafe { OwnedFd::from_raw_fd(f) });
     let w = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().unwrap());
     if w(0) != MAGIC || w(3) > 4096 {
         return Err(io::Error::new(

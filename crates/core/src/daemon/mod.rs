@@ -2,9 +2,11 @@
 //! processes talking to it through shared memory (see docs/architecture.md).
 
 mod client;
+mod futex;
 mod handshake;
 mod serve;
 pub mod shm;
+mod watch;
 
 pub use client::Remote;
-pub use serve::{ServeOptions, serve};
+pub use serve::{ServeOptions, Stop, serve, serve_until};

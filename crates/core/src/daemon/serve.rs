@@ -1,21 +1,23 @@
-//! The server side of the daemon: accept clients on a Unix socket, serve their requests from
-//! shared memory, clean up after clients that go away.
+//! The server side of the daemon: serve requests from the clients' slots in shared memory,
+//! clean up after clients that go away (the watcher thread in `watch` accepts them and
+//! notices their departure). An idle server sleeps on futexes without a timeout: each
+//! client's doorbell, a control word the watcher rings, and the stop word.
 
-use super::handshake::{self, Hello};
-use super::shm::{self, REPLY, REQUEST, SLOTS_PER_CLIENT, Shm};
+use super::futex::{self, Waiter};
+use super::shm::{self, ClientArea, Common, REPLY, REQUEST, SLOTS_PER_CLIENT};
+use super::watch;
+use crate::epoch::Epochs;
 use crate::error::{Error, Result};
 use crate::perm::Creds;
 use crate::recovery;
-use crate::server::{ClientId, Server, Shared};
+use crate::server::{self, ClientId, Server};
 use crate::wire::{self, Writer};
 use engram_pmem::Pool;
-use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,33 +28,108 @@ pub struct ServeOptions {
     pub idle_exit: Option<Duration>,
 }
 
-struct Conn {
-    index: usize,
-    creds: Creds,
-    stream: UnixStream,
+/// Tells a running daemon to stop, waking it at once. `stop` is async-signal-safe (an
+/// atomic store and one futex wake), so a signal handler may call it.
+pub struct Stop {
+    flag: AtomicBool,
+    word: AtomicU32,
+}
+
+impl Default for Stop {
+    fn default() -> Stop {
+        Stop::new()
+    }
+}
+
+impl Stop {
+    pub const fn new() -> Stop {
+        Stop {
+            flag: AtomicBool::new(false),
+            word: AtomicU32::new(0),
+        }
+    }
+
+    pub fn stop(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.word.fetch_add(1, Ordering::SeqCst);
+        futex::wake_private(&self.word);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
+/// What stops the daemon: a `Stop` (wakes it), or a bare flag, looked at every
+/// `FLAG_POLL` since nothing wakes the daemon when it is set.
+#[derive(Clone, Copy)]
+enum StopBy<'a> {
+    Stop(&'a Stop),
+    Flag(&'a AtomicBool),
+}
+
+const FLAG_POLL: Duration = Duration::from_millis(200);
+
+impl StopBy<'_> {
+    fn stopped(&self) -> bool {
+        match self {
+            StopBy::Stop(s) => s.is_stopped(),
+            StopBy::Flag(f) => f.load(Ordering::SeqCst),
+        }
+    }
+}
+
+pub(super) struct Conn {
+    pub index: usize,
+    pub creds: Creds,
+    pub stream: UnixStream,
+    /// Readable once the client process has exited.
+    pub pidfd: Option<OwnedFd>,
 }
 
 #[derive(Default)]
-struct Conns {
-    live: HashMap<ClientId, Conn>,
-    dead: Vec<(ClientId, usize)>,
-    free: Vec<usize>,
-    next_id: ClientId,
+pub(super) struct Conns {
+    pub live: HashMap<ClientId, Conn>,
+    pub dead: Vec<(ClientId, usize)>,
+    pub free: Vec<usize>,
+    pub next_id: ClientId,
     /// Bumped whenever `live` changes, so the server loop refreshes its list.
-    version: u64,
+    pub version: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// What the server loop and the watcher share.
+pub(super) struct Shared<'a> {
+    pub conns: Mutex<Conns>,
+    pub area: &'a ClientArea,
+    /// The server loop's control word: rung when the clients change.
+    pub ctl: AtomicU32,
+    /// Set by the server loop when it ends; `wake` then wakes the watcher.
+    pub quit: AtomicBool,
+    pub wake: OwnedFd,
+}
+
+impl Shared<'_> {
+    /// Wake the server loop to look at the clients again.
+    pub fn ring(&self) {
+        self.ctl.fetch_add(1, Ordering::SeqCst);
+        futex::wake_private(&self.ctl);
+    }
+
+    fn wake_watcher(&self) {
+        let one = 1u64;
+        // SAFETY: writing 8 bytes from a local u64 to our eventfd.
+        unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether `c` may read and write the pool file.
-fn may_use(c: &Creds, meta: &std::fs::Metadata) -> bool {
-    let mode = meta.mode();
-    c.is_root()
-        || (c.uid == meta.uid() && mode & 0o600 == 0o600)
-        || (c.uid != meta.uid() && c.in_group(meta.gid()) && mode & 0o060 == 0o060)
-        || (c.uid != meta.uid() && !c.in_group(meta.gid()) && mode & 0o006 == 0o006)
 }
 
 fn bind(socket: &Path) -> Result<UnixListener> {
@@ -79,12 +156,43 @@ fn bind(socket: &Path) -> Result<UnixListener> {
     Ok(l)
 }
 
+fn eventfd() -> Result<OwnedFd> {
+    // SAFETY: eventfd with valid flags returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: a fresh descriptor that we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Serve the pool until `stop` is set (or, with `idle_exit`, until idle that long), then
-/// checkpoint and mark the pool clean.
+/// checkpoint and mark the pool clean. Nothing wakes the daemon when a bare flag is set, so
+/// it looks at it every 200 ms; `serve_until` with a `Stop` sleeps without any timeout.
 pub fn serve(
     pool_path: &Path,
     opts: &ServeOptions,
     stop: &AtomicBool,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<()> {
+    run(pool_path, opts, StopBy::Flag(stop), log)
+}
+
+/// Serve the pool until `stop.stop()` (or, with `idle_exit`, until idle that long), then
+/// checkpoint and mark the pool clean. An idle daemon uses no CPU.
+pub fn serve_until(
+    pool_path: &Path,
+    opts: &ServeOptions,
+    stop: &Stop,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<()> {
+    run(pool_path, opts, StopBy::Stop(stop), log)
+}
+
+fn run(
+    pool_path: &Path,
+    opts: &ServeOptions,
+    stop: StopBy<'_>,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
     let pool = Pool::open(pool_path)
@@ -103,11 +211,11 @@ pub fn serve(
             m.replayed, m.orphans_freed
         ));
     }
-    let (shm, memfd) = Shm::create(m.sb.geometry.inode_count)?;
-    let server_epochs = shm.epochs(None);
-    let shared = Arc::new(Shared {
-        epochs: shm.epochs(None),
-        seqs: shm.seqs(),
+    let (common, common_fd) = Common::create(m.sb.geometry.inode_count)?;
+    let area = ClientArea::new()?;
+    let shared = Arc::new(server::Shared {
+        epochs: Epochs::shared(common.global_epoch(), area.epoch_groups(), shm::MAX_CLIENTS),
+        seqs: common.seqs(),
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     let listener = bind(&opts.socket)?;
@@ -116,24 +224,32 @@ pub fn serve(
         pool_path.display(),
         opts.socket.display()
     ));
-    let conns = Mutex::new(Conns {
-        free: (0..shm::MAX_CLIENTS).rev().collect(),
-        next_id: 1,
-        ..Conns::default()
-    });
+    let sh = Shared {
+        conns: Mutex::new(Conns {
+            free: (0..shm::MAX_CLIENTS).rev().collect(),
+            next_id: 1,
+            ..Conns::default()
+        }),
+        area: &area,
+        ctl: AtomicU32::new(0),
+        quit: AtomicBool::new(false),
+        wake: eventfd()?,
+    };
     let result = std::thread::scope(|scope| {
-        let watcher = scope.spawn(|| watch(&listener, &conns, &shm, &memfd, &abs_path, stop, log));
-        let r = run_loop(
-            &mut server,
-            &shm,
-            &server_epochs,
-            &conns,
-            stop,
-            opts.idle_exit,
-            log,
-        );
-        stop.store(true, Ordering::SeqCst);
+        let watcher = scope.spawn(|| watch::watch(&listener, &sh, &common_fd, &abs_path, log));
+        let r = run_loop(&mut server, &common, &sh, stop, opts.idle_exit, log);
+        sh.quit.store(true, Ordering::SeqCst);
+        sh.wake_watcher();
         let _ = watcher.join();
+        // Clients still there when the daemon stops are disconnected now (and logged once).
+        let mut c = lock(&sh.conns);
+        let mut left = std::mem::take(&mut c.dead);
+        left.extend(c.live.drain().map(|(id, conn)| (id, conn.index)));
+        left.sort_unstable();
+        for (id, _) in left {
+            server.disconnect(id);
+            log(&format!("client {id} disconnected"));
+        }
         r
     });
     let _ = std::fs::remove_file(&opts.socket);
@@ -142,171 +258,55 @@ pub fn serve(
     result
 }
 
-/// Accept new clients and notice departed ones.
-#[allow(clippy::too_many_arguments)]
-fn watch(
-    listener: &UnixListener,
-    conns: &Mutex<Conns>,
-    shm: &Shm,
-    memfd: &OwnedFd,
-    pool_path: &Path,
-    stop: &AtomicBool,
-    log: &(dyn Fn(&str) + Sync),
-) {
-    while !stop.load(Ordering::SeqCst) {
-        let (ids, mut fds): (Vec<ClientId>, Vec<libc::pollfd>) = {
-            let c = lock(conns);
-            c.live
-                .iter()
-                .map(|(&id, conn)| {
-                    (
-                        id,
-                        libc::pollfd {
-                            fd: conn.stream.as_raw_fd(),
-                            events: libc::POLLIN,
-                            revents: 0,
-                        },
-                    )
-                })
-                .unzip()
-        };
-        fds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        // SAFETY: polling valid descriptors owned by `conns` and the listener for 200 ms.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
-        for (i, id) in ids.iter().enumerate() {
-            if fds[i].revents != 0 {
-                let mut c = lock(conns);
-                let gone = match c.live.get(id) {
-                    Some(conn) => {
-                        let mut b = [0u8; 64];
-                        // SAFETY: a non-blocking read into a local buffer.
-                        let n = unsafe {
-                            libc::recv(
-                                conn.stream.as_raw_fd(),
-                                b.as_mut_ptr() as *mut libc::c_void,
-                                b.len(),
-                                libc::MSG_DONTWAIT,
-                            )
-                        };
-                        n == 0
-                            || (n < 0
-                                && std::io::Error::last_os_error().kind()
-                                    != std::io::ErrorKind::WouldBlock)
-                    }
-                    None => false,
-                };
-                if gone && let Some(conn) = c.live.remove(id) {
-                    c.dead.push((*id, conn.index));
-                    c.version += 1;
-                    drop(c);
-                    ring(shm);
-                }
-            }
-        }
-        while let Ok((stream, _)) = listener.accept() {
-            accept(stream, conns, shm, memfd, pool_path, log);
-        }
-    }
-}
-
-fn ring(shm: &Shm) {
-    shm.doorbell().fetch_add(1, Ordering::SeqCst);
-    shm::futex_wake(shm.doorbell());
-}
-
-fn accept(
-    stream: UnixStream,
-    conns: &Mutex<Conns>,
-    shm: &Shm,
-    memfd: &OwnedFd,
-    pool_path: &Path,
-    log: &(dyn Fn(&str) + Sync),
-) {
-    let _ = stream.set_nonblocking(false);
-    let (creds, pid) = match handshake::peer_creds(&stream) {
-        Ok(c) => c,
-        Err(e) => {
-            return log(&format!(
-                "refused a client: cannot read its credentials: {e}"
-            ));
-        }
-    };
-    // Permissions are read at each connection: chmod of the pool file takes effect at once.
-    let allowed = std::fs::metadata(pool_path)
-        .map(|m| may_use(&creds, &m))
-        .unwrap_or(false);
-    if !allowed {
-        return log(&format!(
-            "refused pid {pid}: uid {} may not use the pool file",
-            creds.uid
-        ));
-    }
-    let mut c = lock(conns);
-    let Some(index) = c.free.pop() else {
-        return log(&format!(
-            "refused pid {pid}: too many clients ({})",
-            shm::MAX_CLIENTS
-        ));
-    };
-    let id = c.next_id;
-    c.next_id += 1;
-    for i in 0..SLOTS_PER_CLIENT {
-        shm.slot(index, i).reset();
-    }
-    shm.epochs(None).clear(Shm::epoch_range(index));
-    let hello = Hello {
-        client_id: id,
-        index: index as u64,
-        pool_path: pool_path.as_os_str().as_bytes().to_vec(),
-    };
-    if let Err(e) = handshake::send_hello(&stream, &hello, memfd.as_raw_fd()) {
-        c.free.push(index);
-        return log(&format!("handshake with pid {pid} failed: {e}"));
-    }
-    log(&format!(
-        "client {id} connected (pid {pid}, uid {})",
-        creds.uid
-    ));
-    c.live.insert(
-        id,
-        Conn {
-            index,
-            creds,
-            stream,
-        },
-    );
-    c.version += 1;
+/// A live client as the server loop sees it.
+struct Client {
+    id: ClientId,
+    index: usize,
+    creds: Creds,
 }
 
 /// Serve requests until stopped.
 fn run_loop(
     server: &mut Server,
-    shm: &Shm,
-    epochs: &crate::epoch::Epochs,
-    conns: &Mutex<Conns>,
-    stop: &AtomicBool,
+    common: &Common,
+    sh: &Shared<'_>,
+    stop: StopBy<'_>,
     idle_exit: Option<Duration>,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
-    let mut clients: Vec<(ClientId, usize, Creds)> = Vec::new();
+    let mut clients: Vec<Client> = Vec::new();
     let mut seen_version = u64::MAX;
     let mut idle_spins = 0u32;
+    // Idle means: no client connected, and none that sent a request for `idle_exit` (a
+    // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
+    let mut active: HashSet<ClientId> = HashSet::new();
     let mut buf = Writer::default();
-    while !stop.load(Ordering::SeqCst) {
+    loop {
+        // Read the wake words before looking at what they announce: a change after this
+        // point makes the sleep below return at once.
+        let ctl_seen = sh.ctl.load(Ordering::SeqCst);
+        let stop_seen = match stop {
+            StopBy::Stop(s) => s.word.load(Ordering::SeqCst),
+            StopBy::Flag(_) => 0,
+        };
+        if stop.stopped() {
+            break;
+        }
         {
-            let mut c = lock(conns);
+            let mut c = lock(&sh.conns);
             for (id, index) in std::mem::take(&mut c.dead) {
                 server.disconnect(id);
-                epochs.clear(Shm::epoch_range(index));
-                for i in 0..SLOTS_PER_CLIENT {
-                    shm.slot(index, i).reset();
+                // Zero pages replace the region: its epochs read as unpinned, and whatever
+                // the client's other processes still write there reaches nobody.
+                if let Err(e) = sh.area.clear(index) {
+                    log(&format!("client {id}: cannot unmap its region: {e}"));
+                    continue;
                 }
                 c.free.push(index);
+                if active.remove(&id) {
+                    last_client = Instant::now();
+                }
                 log(&format!("client {id} disconnected"));
             }
             if c.version != seen_version {
@@ -314,18 +314,26 @@ fn run_loop(
                 clients = c
                     .live
                     .iter()
-                    .map(|(&id, conn)| (id, conn.index, conn.creds.clone()))
+                    .map(|(&id, conn)| Client {
+                        id,
+                        index: conn.index,
+                        creds: conn.creds.clone(),
+                    })
                     .collect();
             }
         }
-        if !clients.is_empty() {
-            last_client = Instant::now();
-        } else if idle_exit.is_some_and(|d| last_client.elapsed() >= d) {
-            log("idle with no clients: exiting");
-            break;
-        }
-        let served = serve_slots(server, shm, &clients, &mut buf);
-        if served {
+        let idle_deadline = match idle_exit {
+            Some(d) if clients.is_empty() => {
+                let at = last_client + d;
+                if Instant::now() >= at {
+                    log("idle with no clients: exiting");
+                    break;
+                }
+                Some(at)
+            }
+            _ => None,
+        };
+        if serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) {
             idle_spins = 0;
             continue;
         }
@@ -334,36 +342,88 @@ fn run_loop(
             std::hint::spin_loop();
             continue;
         }
-        // Sleep on the doorbell; scan once more after announcing it so that no request
-        // posted in between waits for the timeout.
-        let seen = shm.doorbell().load(Ordering::SeqCst);
-        shm.server_sleeping().store(1, Ordering::SeqCst);
-        if !serve_slots(server, shm, &clients, &mut buf) {
-            shm::futex_wait(shm.doorbell(), seen, Duration::from_millis(500));
-        }
-        shm.server_sleeping().store(0, Ordering::SeqCst);
         idle_spins = 0;
+        // Sleep. Note each doorbell, announce the sleep, and scan once more: a client that
+        // posts after the scan sees the announcement and rings, which changes its doorbell
+        // (so the wait returns at once) or wakes the wait.
+        let bells: Vec<(&AtomicU32, u32)> = clients
+            .iter()
+            .map(|c| {
+                let b = sh.area.region(c.index).bell();
+                (b, b.load(Ordering::SeqCst))
+            })
+            .collect();
+        common.sleeping().store(1, Ordering::SeqCst);
+        if !serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) && !stop.stopped() {
+            let mut waiters = vec![Waiter {
+                word: &sh.ctl,
+                expected: ctl_seen,
+                private: true,
+            }];
+            if let StopBy::Stop(s) = stop {
+                waiters.push(Waiter {
+                    word: &s.word,
+                    expected: stop_seen,
+                    private: true,
+                });
+            }
+            waiters.extend(bells.iter().map(|&(word, expected)| Waiter {
+                word,
+                expected,
+                private: false,
+            }));
+            let poll = match stop {
+                StopBy::Flag(_) => Some(Instant::now() + FLAG_POLL),
+                StopBy::Stop(_) => None,
+            };
+            let deadline = match (idle_deadline, poll) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if !futex::wait_any(&waiters, deadline) {
+                // No futex_waitv (Linux before 5.16): poll the slots at a slow pace.
+                futex::wait(&sh.ctl, ctl_seen, Duration::from_millis(1));
+            }
+        }
+        common.sleeping().store(0, Ordering::SeqCst);
     }
     Ok(())
 }
 
-/// Handle every posted request once; returns whether there were any.
+/// Handle every posted request once; returns whether there were any. The slots are in
+/// memory the clients write: only a slot in state REQUEST is read, its length is clamped,
+/// and the request is decoded and validated like any other input. A request is served
+/// with the identity and credentials of the client whose region it is in.
 fn serve_slots(
     server: &mut Server,
-    shm: &Shm,
-    clients: &[(ClientId, usize, Creds)],
+    area: &ClientArea,
+    clients: &[Client],
     buf: &mut Writer,
+    active: &mut HashSet<ClientId>,
+    log: &(dyn Fn(&str) + Sync),
 ) -> bool {
     let mut any = false;
-    for (id, index, creds) in clients {
+    for c in clients {
+        let region = area.region(c.index);
         for i in 0..SLOTS_PER_CLIENT {
-            let slot = shm.slot(*index, i);
+            let slot = region.slot(i);
             if slot.state().load(Ordering::Acquire) != REQUEST {
                 continue;
             }
             any = true;
-            let result =
-                wire::decode_request(&slot.get()).and_then(|req| server.handle(*id, creds, req));
+            active.insert(c.id);
+            let mut kind = "undecodable request";
+            let result = wire::decode_request(&slot.get()).and_then(|req| {
+                kind = req.kind();
+                server.handle(c.id, &c.creds, req)
+            });
+            if let Err(e) = &result {
+                log(&format!(
+                    "client {}: {kind} failed: errno {} ({e})",
+                    c.id,
+                    e.errno()
+                ));
+            }
             buf.0.clear();
             wire::encode_reply(&result, buf);
             if slot.put(&buf.0).is_err() {
@@ -373,7 +433,7 @@ fn serve_slots(
             }
             slot.state().store(REPLY, Ordering::SeqCst);
             if slot.waiting().load(Ordering::SeqCst) != 0 {
-                shm::futex_wake(slot.state());
+                futex::wake(slot.state());
             }
         }
     }

@@ -1,14 +1,29 @@
-//! The daemon's shared memory: a memfd shared by the server and its clients, holding the
-//! epoch table, the per-inode sequence counters and each client's request slots.
+//! The daemon's shared memory, in two kinds of region, so that a client can write only what
+//! is its own:
+//!
+//! - The **common region** (one memfd made by the server): a header (magic, inode count,
+//!   the server's `sleeping` flag, the global epoch) and the per-inode sequence counters.
+//!   Only the server writes it. Once the server has mapped it, the memfd is sealed against
+//!   new writable mappings, writes and resizing (`F_SEAL_FUTURE_WRITE`), so a client can map
+//!   it read-only and nothing else: a store into it faults in the client.
+//! - One **client region** per client (its own memfd, sealed against resizing so that a
+//!   client cannot make the server fault): the client's doorbell, its epoch slots and its
+//!   request slots. A client receives only its own. The server maps each into a fixed place
+//!   of one reserved area (found by client index) and puts zero pages back when the client
+//!   goes, so what a dead client's other processes still write reaches nobody.
+//!
+//! Everything a client can write is read by the server through atomics and checked: slot
+//! states other than REQUEST are ignored, lengths are clamped, epochs only hold reclamation
+//! back.
 
-use crate::epoch::{Atomics, Epochs, SeqTable};
+use crate::epoch::{Atomics, SeqTable};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM1");
+const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM2");
+const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI1");
 const PAGE: usize = 4096;
 pub const MAX_CLIENTS: usize = 64;
 pub const SLOTS_PER_CLIENT: usize = 8;
@@ -18,43 +33,29 @@ pub const SLOT_PAYLOAD: usize = 96 << 10;
 const SLOT_HEADER: usize = 64;
 const SLOT_BYTES: usize = SLOT_HEADER + SLOT_PAYLOAD;
 
+// The common region's header words.
+const C_INODES: usize = 8;
+const C_SLEEPING: usize = 64;
+const C_GLOBAL_EPOCH: usize = 128;
+const C_SEQS: usize = PAGE;
+
+// A client region: header page (magic, doorbell, epoch slots), then the request slots.
+const R_BELL: usize = 64;
+const R_EPOCHS: usize = 128;
+const R_SLOTS: usize = PAGE;
+/// Bytes of one client region.
+pub const CLIENT_BYTES: usize = (R_SLOTS + SLOTS_PER_CLIENT * SLOT_BYTES).div_ceil(PAGE) * PAGE;
+
 pub const IDLE: u32 = 0;
 pub const REQUEST: u32 = 1;
 pub const REPLY: u32 = 2;
-
-/// Where things are in the region.
-#[derive(Clone, Copy, Debug)]
-struct Layout {
-    inodes: usize,
-    epochs: usize,
-    seqs: usize,
-    slots: usize,
-    len: usize,
-}
-
-impl Layout {
-    fn new(inodes: usize) -> Layout {
-        let round = |v: usize| v.div_ceil(PAGE) * PAGE;
-        let epochs = PAGE;
-        let seqs = epochs + round(MAX_CLIENTS * EPOCHS_PER_CLIENT * 8);
-        let slots = seqs + round(inodes * 8);
-        let len = slots + MAX_CLIENTS * SLOTS_PER_CLIENT * SLOT_BYTES;
-        Layout {
-            inodes,
-            epochs,
-            seqs,
-            slots,
-            len,
-        }
-    }
-}
 
 struct Mapping {
     ptr: *mut u8,
     len: usize,
 }
 
-// SAFETY: the mapping is plain shared memory accessed through atomics and slot protocol.
+// SAFETY: the mapping is plain shared memory accessed through atomics and the slot protocol.
 unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
@@ -62,163 +63,362 @@ unsafe impl Sync for Mapping {}
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: ptr/len come from a successful mmap and nothing borrows them any more
-        // (every view holds an Arc of this mapping).
+        // (every view holds an Arc of this mapping or borrows its owner).
         unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
     }
 }
 
-/// A mapped shared region.
-#[derive(Clone)]
-pub struct Shm {
-    map: Arc<Mapping>,
-    layout: Layout,
-}
-
-fn map_fd(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-    // SAFETY: mapping a memfd we own for `len` bytes, shared and read/write.
+fn mmap(fd: Option<&OwnedFd>, len: usize, prot: i32, at: Option<*mut u8>) -> io::Result<*mut u8> {
+    let (flags, raw) = match fd {
+        Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
+        None => (
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        ),
+    };
+    let flags = flags | if at.is_some() { libc::MAP_FIXED } else { 0 };
+    // SAFETY: a new mapping of `len` bytes of a descriptor we hold (or anonymous memory). With
+    // MAP_FIXED, `at` is a range of a mapping the caller owns and that nothing borrows as
+    // references (only raw pointers into it, accessed atomically): replacing it is atomic.
     let p = unsafe {
         libc::mmap(
-            std::ptr::null_mut(),
+            at.unwrap_or(std::ptr::null_mut()) as *mut libc::c_void,
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
+            prot,
+            flags,
+            raw,
             0,
         )
     };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok(Mapping {
-        ptr: p as *mut u8,
-        len,
-    })
+    Ok(p as *mut u8)
 }
 
-impl Shm {
-    /// Create the region for a pool with `inodes` inodes; returns it and its memfd.
-    pub fn create(inodes: u64) -> io::Result<(Shm, OwnedFd)> {
-        let layout = Layout::new(inodes as usize);
-        // SAFETY: memfd_create with a static NUL-terminated name.
-        let raw = unsafe { libc::memfd_create(c"engram-shm".as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: resizing our own memfd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), layout.len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let shm = Shm {
-            map: Arc::new(map_fd(&fd, layout.len)?),
-            layout,
+/// A fresh memfd of `len` bytes that can be sealed.
+fn memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let raw =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: resizing our own memfd.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+fn seal(fd: &OwnedFd, seals: i32) -> io::Result<()> {
+    // SAFETY: adding seals to a memfd we own.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The size of the file behind `fd`.
+fn fd_len(fd: &OwnedFd) -> io::Result<usize> {
+    // SAFETY: fstat fills a stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid buffer for fstat.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as usize)
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+fn common_len(inodes: usize) -> usize {
+    C_SEQS + (inodes * 8).div_ceil(PAGE) * PAGE
+}
+
+/// The common region: read/write in the server, read-only in clients.
+#[derive(Clone)]
+pub struct Common {
+    map: Arc<Mapping>,
+    inodes: usize,
+}
+
+impl Common {
+    /// Create the region for a pool with `inodes` inodes; returns it and its (sealed) memfd.
+    pub fn create(inodes: u64) -> io::Result<(Common, OwnedFd)> {
+        let inodes = inodes as usize;
+        let len = common_len(inodes);
+        let fd = memfd(c"engram-common", len)?;
+        let ptr = mmap(Some(&fd), len, libc::PROT_READ | libc::PROT_WRITE, None)?;
+        let c = Common {
+            map: Arc::new(Mapping { ptr, len }),
+            inodes,
         };
-        shm.word(8).store(inodes, Ordering::Relaxed);
-        shm.word(128).store(1, Ordering::Relaxed);
-        shm.word(0).store(MAGIC, Ordering::Release);
-        Ok((shm, fd))
+        c.word(C_INODES).store(inodes as u64, Ordering::Relaxed);
+        c.word(C_GLOBAL_EPOCH).store(1, Ordering::Relaxed);
+        c.word(0).store(COMMON_MAGIC, Ordering::Release);
+        // From now on only this mapping can write: clients map it read-only.
+        seal(
+            &fd,
+            libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )?;
+        Ok((c, fd))
     }
 
-    /// Map a region received from the server.
-    pub fn attach(fd: OwnedFd) -> io::Result<Shm> {
-        let head = map_fd(&fd, PAGE)?;
-        // SAFETY: the first page is mapped; words 0 and 1 are u64-aligned.
-        let (magic, inodes) =
-            unsafe { (*(head.ptr as *const u64), *(head.ptr as *const u64).add(1)) };
-        drop(head);
-        if magic != MAGIC || inodes > 1 << 40 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "not an EngramFS shared region",
-            ));
+    /// Map a region received from the server, read-only.
+    pub fn attach(fd: &OwnedFd) -> io::Result<Common> {
+        let size = fd_len(fd)?;
+        if size < PAGE {
+            return Err(bad("not an EngramFS shared region"));
         }
-        let layout = Layout::new(inodes as usize);
-        Ok(Shm {
-            map: Arc::new(map_fd(&fd, layout.len)?),
-            layout,
+        let head = Mapping {
+            ptr: mmap(Some(fd), PAGE, libc::PROT_READ, None)?,
+            len: PAGE,
+        };
+        // SAFETY: the first page is mapped; words 0 and 1 are u64-aligned.
+        let (magic, inodes) = unsafe {
+            (
+                *(head.ptr as *const u64),
+                *(head.ptr as *const u64).add(C_INODES / 8),
+            )
+        };
+        drop(head);
+        if magic != COMMON_MAGIC || inodes > 1 << 40 || common_len(inodes as usize) > size {
+            return Err(bad("not an EngramFS shared region"));
+        }
+        let len = common_len(inodes as usize);
+        Ok(Common {
+            map: Arc::new(Mapping {
+                ptr: mmap(Some(fd), len, libc::PROT_READ, None)?,
+                len,
+            }),
+            inodes: inodes as usize,
         })
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.layout.len && off.is_multiple_of(8));
-        // SAFETY: in bounds and aligned (checked), and the region is only accessed atomically
-        // at these offsets.
+        assert!(off + 8 <= self.map.len && off.is_multiple_of(8));
+        // SAFETY: in bounds and aligned (checked); the region is only accessed atomically.
         unsafe { &*(self.map.ptr.add(off) as *const AtomicU64) }
     }
 
     fn atomics(&self, off: usize, n: usize) -> Atomics {
-        assert!(off + n * 8 <= self.layout.len);
+        assert!(off + n * 8 <= self.map.len);
         let owner: Arc<dyn std::any::Any + Send + Sync> = self.map.clone();
         // SAFETY: the range is inside the mapping, 8-aligned, and `owner` keeps it mapped.
         unsafe { Atomics::from_raw(self.map.ptr.add(off) as *const AtomicU64, n, owner) }
     }
 
-    /// The epoch table; a client pins in the slots of its client index, the server
-    /// (index None) in none of them but scans all.
-    pub fn epochs(&self, client: Option<usize>) -> Epochs {
-        let all = MAX_CLIENTS * EPOCHS_PER_CLIENT;
-        let mine = match client {
-            Some(i) => i * EPOCHS_PER_CLIENT..(i + 1) * EPOCHS_PER_CLIENT,
-            None => 0..0,
-        };
-        Epochs::shared(
-            self.atomics(128, 1),
-            self.atomics(self.layout.epochs, all),
-            mine,
-        )
-    }
-
-    pub fn epoch_range(client: usize) -> std::ops::Range<usize> {
-        client * EPOCHS_PER_CLIENT..(client + 1) * EPOCHS_PER_CLIENT
+    /// The global epoch (one word).
+    pub fn global_epoch(&self) -> Atomics {
+        self.atomics(C_GLOBAL_EPOCH, 1)
     }
 
     pub fn seqs(&self) -> SeqTable {
-        SeqTable::shared(self.atomics(self.layout.seqs, self.layout.inodes))
+        SeqTable::shared(self.atomics(C_SEQS, self.inodes))
     }
 
-    /// The server's doorbell: clients bump it after posting a request.
-    pub fn doorbell(&self) -> &AtomicU32 {
-        self.u32_at(64)
+    /// Set while the server sleeps: a client that posts a request then rings its doorbell.
+    pub fn sleeping(&self) -> &AtomicU32 {
+        // SAFETY: in bounds and 4-aligned; only accessed atomically.
+        unsafe { &*(self.map.ptr.add(C_SLEEPING) as *const AtomicU32) }
     }
 
-    /// Set while the server sleeps on the doorbell.
-    pub fn server_sleeping(&self) -> &AtomicU32 {
-        self.u32_at(68)
+    /// Start of the mapping (tests check that a client cannot write it).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.map.ptr
+    }
+}
+
+/// A view of one client region at some address (the client's own mapping, or its place in
+/// the server's area). `'a` borrows whatever keeps the memory mapped.
+#[derive(Clone, Copy)]
+pub struct Region<'a> {
+    base: *mut u8,
+    _owner: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> Region<'a> {
+    fn u32_at(&self, off: usize) -> &'a AtomicU32 {
+        assert!(off + 4 <= CLIENT_BYTES && off.is_multiple_of(4));
+        // SAFETY: in bounds of the region and aligned; the region stays mapped for 'a and
+        // is only accessed atomically at these offsets.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }
 
-    fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.layout.len && off.is_multiple_of(4));
-        // SAFETY: in bounds and aligned, only accessed atomically.
-        unsafe { &*(self.map.ptr.add(off) as *const AtomicU32) }
+    /// The client's doorbell: bumped (and woken if the server sleeps) after each request.
+    pub fn bell(&self) -> &'a AtomicU32 {
+        self.u32_at(R_BELL)
     }
 
-    pub fn slot(&self, client: usize, i: usize) -> Slot<'_> {
-        assert!(client < MAX_CLIENTS && i < SLOTS_PER_CLIENT);
-        let off = self.layout.slots + (client * SLOTS_PER_CLIENT + i) * SLOT_BYTES;
-        Slot { shm: self, off }
+    pub fn slot(&self, i: usize) -> Slot<'a> {
+        assert!(i < SLOTS_PER_CLIENT);
+        Slot {
+            region: *self,
+            off: R_SLOTS + i * SLOT_BYTES,
+        }
+    }
+
+    /// The client's epoch slots, kept mapped by `owner`.
+    fn epochs(&self, owner: Arc<dyn std::any::Any + Send + Sync>) -> Atomics {
+        // SAFETY: EPOCHS_PER_CLIENT words at R_EPOCHS are inside the region (header page),
+        // 8-aligned, only accessed atomically, and `owner` keeps the region mapped.
+        unsafe {
+            Atomics::from_raw(
+                self.base.add(R_EPOCHS) as *const AtomicU64,
+                EPOCHS_PER_CLIENT,
+                owner,
+            )
+        }
+    }
+}
+
+/// A client's own region, as the client maps it.
+pub struct ClientRegion {
+    map: Arc<Mapping>,
+}
+
+impl ClientRegion {
+    /// A new client region's memfd (made by the server at each connection).
+    pub fn create() -> io::Result<OwnedFd> {
+        let fd = memfd(c"engram-client", CLIENT_BYTES)?;
+        let ptr = mmap(Some(&fd), PAGE, libc::PROT_READ | libc::PROT_WRITE, None)?;
+        let head = Mapping { ptr, len: PAGE };
+        // SAFETY: the first page is mapped read/write and word 0 is aligned.
+        unsafe { (*(head.ptr as *const AtomicU64)).store(CLIENT_MAGIC, Ordering::Release) };
+        drop(head);
+        // The client must not be able to shrink it under the server (SIGBUS) or grow it.
+        seal(
+            &fd,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )?;
+        Ok(fd)
+    }
+
+    /// Map the region received from the server.
+    pub fn attach(fd: &OwnedFd) -> io::Result<ClientRegion> {
+        if fd_len(fd)? != CLIENT_BYTES {
+            return Err(bad("not an EngramFS client region"));
+        }
+        let ptr = mmap(
+            Some(fd),
+            CLIENT_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            None,
+        )?;
+        let r = ClientRegion {
+            map: Arc::new(Mapping {
+                ptr,
+                len: CLIENT_BYTES,
+            }),
+        };
+        // SAFETY: word 0 of the mapped region, aligned.
+        if unsafe { (*(ptr as *const AtomicU64)).load(Ordering::Acquire) } != CLIENT_MAGIC {
+            return Err(bad("not an EngramFS client region"));
+        }
+        Ok(r)
+    }
+
+    pub fn region(&self) -> Region<'_> {
+        Region {
+            base: self.map.ptr,
+            _owner: std::marker::PhantomData,
+        }
+    }
+
+    pub fn epochs(&self) -> Atomics {
+        self.region().epochs(self.map.clone())
+    }
+
+    /// Start of the mapping (tests scribble on it).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.map.ptr
+    }
+}
+
+/// The server's view of every client region: one reserved area, MAX_CLIENTS places.
+pub struct ClientArea {
+    map: Arc<Mapping>,
+}
+
+impl ClientArea {
+    pub fn new() -> io::Result<ClientArea> {
+        let len = MAX_CLIENTS * CLIENT_BYTES;
+        let ptr = mmap(None, len, libc::PROT_READ | libc::PROT_WRITE, None)?;
+        Ok(ClientArea {
+            map: Arc::new(Mapping { ptr, len }),
+        })
+    }
+
+    fn base(&self, index: usize) -> *mut u8 {
+        assert!(index < MAX_CLIENTS);
+        // SAFETY: index < MAX_CLIENTS: the place is inside the area.
+        unsafe { self.map.ptr.add(index * CLIENT_BYTES) }
+    }
+
+    /// Map a client's region (checked to be one) at its place.
+    pub fn install(&self, index: usize, fd: &OwnedFd) -> io::Result<()> {
+        if fd_len(fd)? != CLIENT_BYTES {
+            return Err(bad("client region of the wrong size"));
+        }
+        mmap(
+            Some(fd),
+            CLIENT_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            Some(self.base(index)),
+        )?;
+        Ok(())
+    }
+
+    /// Put zero pages back at a departed client's place (its epochs read as unpinned).
+    pub fn clear(&self, index: usize) -> io::Result<()> {
+        mmap(
+            None,
+            CLIENT_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            Some(self.base(index)),
+        )?;
+        Ok(())
+    }
+
+    pub fn region(&self, index: usize) -> Region<'_> {
+        Region {
+            base: self.base(index),
+            _owner: std::marker::PhantomData,
+        }
+    }
+
+    /// Every client's epoch slots, one group per place.
+    pub fn epoch_groups(&self) -> Vec<Atomics> {
+        (0..MAX_CLIENTS)
+            .map(|i| self.region(i).epochs(self.map.clone()))
+            .collect()
     }
 }
 
 /// One request slot: `owner` (a client thread holds it), `state` (IDLE, REQUEST, REPLY; a
 /// futex word), `waiting` (the client sleeps on `state`), the payload length, the payload.
 pub struct Slot<'a> {
-    shm: &'a Shm,
+    region: Region<'a>,
     off: usize,
 }
 
-impl Slot<'_> {
-    pub fn owner(&self) -> &AtomicU32 {
-        self.shm.u32_at(self.off)
+impl<'a> Slot<'a> {
+    pub fn owner(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off)
     }
-    pub fn state(&self) -> &AtomicU32 {
-        self.shm.u32_at(self.off + 4)
+    pub fn state(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off + 4)
     }
-    pub fn waiting(&self) -> &AtomicU32 {
-        self.shm.u32_at(self.off + 8)
+    pub fn waiting(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off + 8)
     }
-    fn len(&self) -> &AtomicU32 {
-        self.shm.u32_at(self.off + 12)
+    fn len(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off + 12)
     }
 
     /// Copy a message into the payload (the caller then publishes it through `state`).
@@ -229,12 +429,13 @@ impl Slot<'_> {
                 "request too large for a slot",
             ));
         }
-        // SAFETY: the payload area is inside the mapping and large enough (checked above); the
-        // protocol gives the writer exclusive use of it until `state` is published.
+        // SAFETY: the payload area is inside the region and large enough (checked above).
+        // The other side may scribble on it concurrently (it is shared memory): we only
+        // copy bytes, never form references to them.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 data.as_ptr(),
-                self.shm.map.ptr.add(self.off + SLOT_HEADER),
+                self.region.base.add(self.off + SLOT_HEADER),
                 data.len(),
             )
         };
@@ -246,10 +447,10 @@ impl Slot<'_> {
     pub fn get(&self) -> Vec<u8> {
         let n = (self.len().load(Ordering::Acquire) as usize).min(SLOT_PAYLOAD);
         let mut v = vec![0u8; n];
-        // SAFETY: `n` is clamped to the payload area inside the mapping.
+        // SAFETY: `n` is clamped to the payload area inside the region.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.shm.map.ptr.add(self.off + SLOT_HEADER),
+                self.region.base.add(self.off + SLOT_HEADER),
                 v.as_mut_ptr(),
                 n,
             )
@@ -261,31 +462,5 @@ impl Slot<'_> {
         self.state().store(IDLE, Ordering::Release);
         self.waiting().store(0, Ordering::Release);
         self.owner().store(0, Ordering::Release);
-    }
-}
-
-/// Sleep while `word` holds `expected` (or until `timeout`).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: a FUTEX_WAIT on a valid, aligned u32 in shared memory with a valid timespec.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-/// Wake every sleeper on `word`.
-pub fn futex_wake(word: &AtomicU32) {
-    // SAFETY: a FUTEX_WAKE on a valid, aligned u32 in shared memory.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
 }

@@ -104,7 +104,10 @@ pub struct File {
 
 impl File {
     pub(crate) fn new(fs: Fs, handle: Handle, opts: OpenOptions) -> Result<File> {
-        fs.call(Request::Open { target: handle })?;
+        fs.call(Request::Open {
+            target: handle,
+            write: opts.write,
+        })?;
         let lock = fs.range_lock(handle.ino);
         Ok(File {
             lock,
@@ -135,6 +138,7 @@ impl File {
     pub fn try_clone(&self) -> Result<File> {
         self.fs.call(Request::Open {
             target: self.handle,
+            write: self.opts.write,
         })?;
         Ok(File {
             fs: self.fs.clone(),
@@ -470,6 +474,7 @@ impl Drop for File {
     fn drop(&mut self) {
         let _ = self.fs.call(Request::Close {
             target: self.handle,
+            write: self.opts.write,
         });
         self.fs.forget_range_lock(self.handle.ino, &self.lock);
     }

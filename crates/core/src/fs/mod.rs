@@ -155,10 +155,9 @@ impl Fs {
         let sb = Superblock::load(&pool)?;
         let geo = sb.geometry;
         pool.protect_read_only(0, geo.data_off)?;
-        let index = remote.index();
         let shared = Arc::new(Shared {
-            epochs: remote.shm.epochs(Some(index)),
-            seqs: remote.shm.seqs(),
+            epochs: remote.epochs(),
+            seqs: remote.seqs(),
         });
         let info = MountInfo {
             media: pool.media(),

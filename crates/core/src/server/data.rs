@@ -3,6 +3,7 @@
 use super::{ClientId, Server};
 use crate::alloc::Item;
 use crate::error::{Error, Result};
+use crate::fasthash::FastSet;
 use crate::index::{self, MAX_FILE_SIZE};
 use crate::inode::{InodeData, field};
 use crate::layout::{Geometry, PAGE};
@@ -10,7 +11,6 @@ use crate::oplog::Entry;
 use crate::perm::{self, Creds, W};
 use crate::request::{Handle, Response, SetAttr, SetTime, WriteCheck};
 use engram_pmem::Pool;
-use std::collections::HashSet;
 
 /// Most pages one reservation request hands out.
 const MAX_RESERVE: u64 = 4096;
@@ -97,7 +97,7 @@ impl Server {
             return Err(Error::EFBIG);
         }
         let owned = self.reservations.get(&client);
-        let mut seen = HashSet::new();
+        let mut seen = FastSet::default();
         for &(pg, page) in pages {
             if pg >= MAX_FILE_SIZE / PAGE
                 || !seen.insert(pg)
@@ -108,7 +108,14 @@ impl Server {
                     "write commit names a page it does not own",
                 ));
             }
+            if pg >= end.div_ceil(PAGE) {
+                return Err(Error::with_msg(
+                    libc::EINVAL,
+                    "write commit names a page beyond its end",
+                ));
+            }
         }
+        self.check_end(&d, &seen, end, check)?;
         if let Some(c) = check {
             self.check_write(&d, pages, end, c)?;
         }
@@ -136,6 +143,48 @@ impl Server {
         let old: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
         self.retire(&old);
         Ok(Response::Done)
+    }
+
+    /// The size a commit may set: a checked commit (another process may write the file)
+    /// supplies every page of the range it wrote, so it grows the file only over its own
+    /// bytes; an unchecked one grows it at most to the end of a page it supplies or the
+    /// file already has (bytes written in place beyond the end of file).
+    fn check_end(
+        &self,
+        d: &InodeData,
+        supplied: &FastSet<u64>,
+        end: u64,
+        check: Option<&WriteCheck>,
+    ) -> Result<()> {
+        let bad = |why: &str| {
+            Err(Error::with_msg(
+                libc::EINVAL,
+                format!("write commit: {why}"),
+            ))
+        };
+        match check {
+            Some(c) => {
+                if c.start >= end {
+                    return bad("its range is empty");
+                }
+                let (first, last) = (c.start / PAGE, end.div_ceil(PAGE));
+                if supplied.len() as u64 != last - first
+                    || supplied.iter().any(|&pg| pg < first || pg >= last)
+                {
+                    return bad("its pages do not cover the range it wrote");
+                }
+            }
+            None if end > d.size => {
+                let tail = (end - 1) / PAGE;
+                if !supplied.contains(&tail)
+                    && index::lookup(&self.pool, &self.geo, d.root, d.height, tail)? == 0
+                {
+                    return bad("it grows the file beyond the pages it wrote");
+                }
+            }
+            None => {}
+        }
+        Ok(())
     }
 
     /// Refuse (EAGAIN) a write prepared against pages or a size that another process has
@@ -170,7 +219,7 @@ impl Server {
             ));
         }
         if c.start > d.size {
-            let replaced: HashSet<u64> = pages.iter().map(|p| p.0).collect();
+            let replaced: FastSet<u64> = pages.iter().map(|p| p.0).collect();
             let pool = self.pool.clone();
             index::for_each_page(
                 &pool,

@@ -39,6 +39,17 @@ pub struct ServerStats {
 /// Identifies a client (a process, or the in-process client) to the server.
 pub type ClientId = u64;
 
+/// Handles one client holds open on one inode, and how many of them may write.
+#[derive(Clone, Copy, Debug, Default)]
+struct Opens {
+    all: u32,
+    write: u32,
+}
+
+/// Files a client created and may open for writing once whatever their mode (open(2) with
+/// O_CREAT and a read-only mode still returns a writable descriptor). Bounded per client.
+const CREATED_TOKENS: usize = 16;
+
 /// State shared by the server and the clients' lock-free readers.
 pub struct Shared {
     pub epochs: Epochs,
@@ -58,7 +69,9 @@ pub struct Server {
     open: FastMap<u64, u32>,
     reservations: FastMap<ClientId, FastSet<u64>>,
     /// Open handles per client, released when the client goes away.
-    opened_by: FastMap<ClientId, FastMap<u64, u32>>,
+    opened_by: FastMap<ClientId, FastMap<u64, Opens>>,
+    /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
+    created: FastMap<ClientId, Vec<u64>>,
     /// Pending frees at which `retire` next tries to reclaim.
     reclaim_at: usize,
     /// Set by `shutdown`: the pool is marked clean and takes no more requests.
@@ -90,6 +103,7 @@ impl Server {
             open: FastMap::default(),
             reservations: FastMap::default(),
             opened_by: FastMap::default(),
+            created: FastMap::default(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
         }
@@ -136,7 +150,21 @@ impl Server {
                 name,
                 mode,
                 excl,
-            } => self.create(creds, parent, &name, mode, excl),
+            } => {
+                let r = self.create(creds, parent, &name, mode, excl);
+                if let Ok(Response::Entry {
+                    handle,
+                    created: true,
+                }) = &r
+                {
+                    let v = self.created.entry(client).or_default();
+                    if v.len() >= CREATED_TOKENS {
+                        v.remove(0);
+                    }
+                    v.push(handle.ino);
+                }
+                r
+            }
             Request::Mkdir { parent, name, mode } => self.mkdir(creds, parent, &name, mode),
             Request::Symlink {
                 parent,
@@ -162,7 +190,10 @@ impl Server {
                 offset,
                 len,
                 keep_size,
-            } => self.fallocate(target, offset, len, keep_size),
+            } => {
+                self.check_writer(client, target)?;
+                self.fallocate(target, offset, len, keep_size)
+            }
             Request::Reserve { pages } => self.reserve(client, pages),
             Request::Unreserve { pages } => self.unreserve(client, &pages),
             Request::CommitWrite {
@@ -170,19 +201,12 @@ impl Server {
                 pages,
                 end,
                 check,
-            } => self.commit_write(client, target, &pages, end, check.as_ref()),
-            Request::Open { target } => {
-                self.inode(target)?;
-                *self.open.entry(target.ino).or_default() += 1;
-                *self
-                    .opened_by
-                    .entry(client)
-                    .or_default()
-                    .entry(target.ino)
-                    .or_default() += 1;
-                Ok(Response::Done)
+            } => {
+                self.check_writer(client, target)?;
+                self.commit_write(client, target, &pages, end, check.as_ref())
             }
-            Request::Close { target } => self.close(client, target),
+            Request::Open { target, write } => self.open_handle(client, creds, target, write),
+            Request::Close { target, write } => self.close(client, target, write),
             Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Statfs => Ok(Response::StatFs(self.statfs())),
@@ -408,15 +432,76 @@ impl Server {
         Ok(())
     }
 
-    fn close(&mut self, client: ClientId, h: Handle) -> Result<Response> {
+    /// Open a handle for `client`. An open for writing needs write permission (checked with
+    /// the caller's credentials) unless the client has just created the file.
+    fn open_handle(
+        &mut self,
+        client: ClientId,
+        creds: &Creds,
+        h: Handle,
+        write: bool,
+    ) -> Result<Response> {
+        let d = self.inode(h)?;
+        let created = match self.created.get_mut(&client) {
+            Some(v) => match v.iter().position(|&i| i == h.ino) {
+                Some(at) => {
+                    v.remove(at);
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        };
+        if write {
+            if d.is_dir() {
+                return Err(Error::EISDIR);
+            }
+            if !created {
+                crate::perm::check(creds, &d, crate::perm::W)?;
+            }
+        }
+        *self.open.entry(h.ino).or_default() += 1;
+        let o = self
+            .opened_by
+            .entry(client)
+            .or_default()
+            .entry(h.ino)
+            .or_default();
+        o.all += 1;
+        o.write += write as u32;
+        Ok(Response::Done)
+    }
+
+    /// Refuse (EBADF) a change of file contents from a client that does not hold the file
+    /// open for writing.
+    fn check_writer(&self, client: ClientId, h: Handle) -> Result<()> {
+        let writes = self
+            .opened_by
+            .get(&client)
+            .and_then(|m| m.get(&h.ino))
+            .map_or(0, |o| o.write);
+        if writes == 0 {
+            return Err(Error::with_msg(
+                libc::EBADF,
+                "the file is not open for writing by this client",
+            ));
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
         self.inode(h)?;
         let mine = self
             .opened_by
             .get_mut(&client)
             .and_then(|m| m.get_mut(&h.ino))
             .ok_or(Error::EBADF)?;
-        *mine -= 1;
-        if *mine == 0 {
+        if write && mine.write == 0 {
+            return Err(Error::EBADF);
+        }
+        mine.all -= 1;
+        mine.write -= write as u32;
+        if mine.all == 0 {
             self.opened_by.get_mut(&client).map(|m| m.remove(&h.ino));
         }
         self.release_open(h.ino)?;
@@ -450,8 +535,9 @@ impl Server {
                 self.alloc.release_now(Item::DataPage(p));
             }
         }
+        self.created.remove(&client);
         for (ino, n) in self.opened_by.remove(&client).unwrap_or_default() {
-            for _ in 0..n {
+            for _ in 0..n.all {
                 let _ = self.release_open(ino);
             }
         }

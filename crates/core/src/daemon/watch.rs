@@ -1,0 +1,205 @@
+//! The daemon's watcher thread: accepts clients on the socket and notices departed ones
+//! (socket closed, or process gone: a pidfd per client, so that a dead client is noticed even
+//! when a forked child still holds its socket). It blocks in poll(2) with no timeout; the
+//! server loop wakes it through an eventfd when the daemon stops.
+
+use super::handshake::{self, Hello};
+use super::serve::{Conn, Shared, lock};
+use super::shm::{self, ClientRegion};
+use crate::perm::Creds;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+/// Whether `c` may read and write the pool file.
+fn may_use(c: &Creds, meta: &std::fs::Metadata) -> bool {
+    let mode = meta.mode();
+    c.is_root()
+        || (c.uid == meta.uid() && mode & 0o600 == 0o600)
+        || (c.uid != meta.uid() && c.in_group(meta.gid()) && mode & 0o060 == 0o060)
+        || (c.uid != meta.uid() && !c.in_group(meta.gid()) && mode & 0o006 == 0o006)
+}
+
+/// A descriptor that becomes readable when process `pid` exits (None if pidfds are not
+/// available: the socket alone then tells).
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a fresh descriptor that we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether a readable client socket has closed (a client never sends on it).
+fn socket_closed(stream: &UnixStream) -> bool {
+    let mut b = [0u8; 64];
+    // SAFETY: a non-blocking read into a local buffer.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr() as *mut libc::c_void,
+            b.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0 || (n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock)
+}
+
+fn pollfd(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Accept new clients and notice departed ones until the server loop says stop.
+pub(super) fn watch(
+    listener: &UnixListener,
+    sh: &Shared<'_>,
+    common_fd: &OwnedFd,
+    pool_path: &Path,
+    log: &(dyn Fn(&str) + Sync),
+) {
+    loop {
+        if sh.quit.load(Ordering::SeqCst) {
+            return;
+        }
+        // Which client each pollfd after the first two belongs to.
+        let mut owners = Vec::new();
+        let mut fds = vec![pollfd(sh.wake.as_raw_fd()), pollfd(listener.as_raw_fd())];
+        {
+            let c = lock(&sh.conns);
+            for (&id, conn) in &c.live {
+                fds.push(pollfd(conn.stream.as_raw_fd()));
+                owners.push(id);
+                if let Some(p) = &conn.pidfd {
+                    fds.push(pollfd(p.as_raw_fd()));
+                    owners.push(id);
+                }
+            }
+        }
+        // SAFETY: polling valid descriptors (owned by `sh.conns`, which only this thread
+        // removes from, the listener and the eventfd), without a timeout.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if r < 0 {
+            // EINTR (a signal): look at the stop flag again.
+            continue;
+        }
+        if fds[0].revents != 0 {
+            let mut v = 0u64;
+            // SAFETY: draining the eventfd counter into a local u64.
+            unsafe {
+                libc::read(
+                    sh.wake.as_raw_fd(),
+                    &mut v as *mut u64 as *mut libc::c_void,
+                    8,
+                )
+            };
+        }
+        let mut gone = Vec::new();
+        for (i, id) in owners.iter().enumerate() {
+            let p = &fds[i + 2];
+            if p.revents == 0 || gone.contains(id) {
+                continue;
+            }
+            let c = lock(&sh.conns);
+            let dead = match c.live.get(id) {
+                // The pidfd is readable: the process has exited.
+                Some(conn) if p.fd != conn.stream.as_raw_fd() => true,
+                Some(conn) => socket_closed(&conn.stream),
+                None => false,
+            };
+            if dead {
+                gone.push(*id);
+            }
+        }
+        if !gone.is_empty() {
+            let mut c = lock(&sh.conns);
+            for id in gone {
+                if let Some(conn) = c.live.remove(&id) {
+                    c.dead.push((id, conn.index));
+                    c.version += 1;
+                }
+            }
+            drop(c);
+            sh.ring();
+        }
+        if fds[1].revents != 0 {
+            while let Ok((stream, _)) = listener.accept() {
+                accept(stream, sh, common_fd, pool_path, log);
+            }
+        }
+    }
+}
+
+fn accept(
+    stream: UnixStream,
+    sh: &Shared<'_>,
+    common_fd: &OwnedFd,
+    pool_path: &Path,
+    log: &(dyn Fn(&str) + Sync),
+) {
+    let _ = stream.set_nonblocking(false);
+    let (creds, pid) = match handshake::peer_creds(&stream) {
+        Ok(c) => c,
+        Err(e) => {
+            return log(&format!(
+                "refused a client: cannot read its credentials: {e}"
+            ));
+        }
+    };
+    // Permissions are read at each connection: chmod of the pool file takes effect at once.
+    let allowed = std::fs::metadata(pool_path)
+        .map(|m| may_use(&creds, &m))
+        .unwrap_or(false);
+    if !allowed {
+        return log(&format!(
+            "refused pid {pid}: uid {} may not use the pool file",
+            creds.uid
+        ));
+    }
+    let mut c = lock(&sh.conns);
+    let Some(index) = c.free.pop() else {
+        return log(&format!(
+            "refused pid {pid}: too many clients ({})",
+            shm::MAX_CLIENTS
+        ));
+    };
+    let id = c.next_id;
+    c.next_id += 1;
+    let hello = Hello {
+        client_id: id,
+        index: index as u64,
+        pool_path: pool_path.as_os_str().as_bytes().to_vec(),
+    };
+    // The client's own region: mapped at its place in the server's area before the client
+    // can pin an epoch in it, then handed over with the common region.
+    let sent = ClientRegion::create().and_then(|fd| {
+        sh.area.install(index, &fd)?;
+        handshake::send_hello(&stream, &hello, [common_fd.as_raw_fd(), fd.as_raw_fd()])
+    });
+    if let Err(e) = sent {
+        let _ = sh.area.clear(index);
+        c.free.push(index);
+        return log(&format!("handshake with pid {pid} failed: {e}"));
+    }
+    log(&format!(
+        "client {id} connected (pid {pid}, uid {})",
+        creds.uid
+    ));
+    c.live.insert(
+        id,
+        Conn {
+            index,
+            creds,
+            stream,
+            pidfd: pidfd_open(pid),
+        },
+    );
+    c.version += 1;
+    drop(c);
+    sh.ring();
+}

@@ -1,0 +1,304 @@
+//! Forged requests against a live daemon: each gets an error reply and nothing in the pool
+//! changes.
+
+use super::{Daemon, check_clean};
+use engram_core::request::{Request, Response, WriteCheck};
+use engram_core::wire::{Writer, decode_reply, encode_request};
+use engram_core::{Fs, Handle, OpenOptions};
+
+/// Send `req` as raw bytes through this client's slots and decode the reply.
+fn send(fs: &Fs, req: &Request) -> engram_core::Result<Response> {
+    let mut w = Writer::default();
+    encode_request(req, &mut w);
+    decode_reply(&fs.remote().unwrap().call_raw(&w.0).unwrap())
+}
+
+#[test]
+fn forged_and_random_requests_get_errors_and_change_nothing() {
+    let mut d = Daemon::start("forge", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.write_file("/d/f", &[7u8; 10000]).unwrap();
+    let before = fs.read_file("/d/f").unwrap();
+    let remote = fs.remote().unwrap();
+    let geo = fs.mount_info().geometry;
+    let f = fs.stat("/d/f").unwrap();
+    let good = fs.handle_of(f.ino).unwrap();
+    let forged = [
+        Request::Create {
+            parent: Handle {
+                ino: 0,
+                generation: 1,
+            },
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Create {
+            parent: Handle {
+                ino: u64::MAX,
+                generation: 1,
+            },
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Create {
+            parent: Handle {
+                ino: 1,
+                generation: 999,
+            },
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Create {
+            parent: good,
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: false,
+        },
+        Request::Mkdir {
+            parent: Handle {
+                ino: 1,
+                generation: 1,
+            },
+            name: vec![b'a'; 300],
+            mode: 0,
+        },
+        Request::Unlink {
+            parent: Handle {
+                ino: 1,
+                generation: 1,
+            },
+            name: b"../d".to_vec(),
+            dir: true,
+        },
+        Request::CommitWrite {
+            target: good,
+            // The last data page: never in this client's reservation (batches come from
+            // the front of the area), so the commit must be refused.
+            pages: vec![(0, geo.data_off + (geo.data_pages - 1) * 4096)],
+            end: 4096,
+            check: None,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![(0, geo.meta_off)],
+            end: 4096,
+            check: None,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![(u64::MAX / 4096, 12345)],
+            end: u64::MAX,
+            check: None,
+        },
+        Request::CommitWrite {
+            target: good,
+            pages: vec![],
+            end: 1,
+            check: Some(WriteCheck {
+                old_pages: vec![1],
+                size_seen: 0,
+                start: 0,
+            }),
+        },
+        Request::Unreserve {
+            pages: vec![geo.data_off, 0, u64::MAX],
+        },
+        Request::Close {
+            target: good,
+            write: true,
+        },
+        Request::Fallocate {
+            target: good,
+            offset: u64::MAX - 10,
+            len: 100,
+            keep_size: false,
+        },
+        Request::Reserve { pages: u64::MAX },
+    ];
+    for req in &forged {
+        let mut w = Writer::default();
+        encode_request(req, &mut w);
+        let reply = decode_reply(&remote.call_raw(&w.0).unwrap());
+        if !matches!(req, Request::Reserve { .. }) {
+            assert!(reply.is_err(), "{req:?} was accepted: {reply:?}");
+        }
+    }
+    // Random bytes, and valid requests with random fields.
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..3000 {
+        let len = (rnd() % 200) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+        if i % 2 == 0 && !bytes.is_empty() {
+            bytes[0] = (rnd() % 18) as u8; // a real request tag with garbage after it
+        }
+        let _ = remote.call_raw(&bytes).unwrap();
+    }
+    assert_eq!(fs.read_file("/d/f").unwrap(), before);
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+/// Reserve one data page for this client and fill it with `byte` (as a writer would).
+fn reserved_page(fs: &Fs, byte: u8) -> u64 {
+    let Ok(Response::Pages(p)) = send(fs, &Request::Reserve { pages: 1 }) else {
+        panic!("reserve failed");
+    };
+    let page = p[0];
+    // SAFETY: the page is reserved to this client and lies in the data area, which clients
+    // map read/write; nothing else uses it until a commit publishes it.
+    unsafe { std::ptr::write_bytes(fs.pool().as_ptr().add(page as usize), byte, 4096) };
+    page
+}
+
+/// Whether the file still holds `before`, the pool checks clean, and `why` was refused.
+fn unchanged(fs: &Fs, path: &str, before: &[u8], reply: engram_core::Result<Response>, errno: i32) {
+    match reply {
+        Err(e) => assert_eq!(e.errno(), errno, "{e}"),
+        Ok(r) => panic!("a forged request was accepted: {r:?}"),
+    }
+    assert_eq!(fs.read_file(path).unwrap(), before, "the file changed");
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+#[test]
+fn write_commits_need_a_write_open_and_a_legitimate_end() {
+    let mut d = Daemon::start("commit", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.write_file("/f", &[7u8; 5000]).unwrap();
+    let before = fs.read_file("/f").unwrap();
+    let h = fs.handle_of(fs.stat("/f").unwrap().ino).unwrap();
+    let page = reserved_page(&fs, 0xEE);
+    let commit =
+        |pages: Vec<(u64, u64)>, end: u64, check: Option<WriteCheck>| Request::CommitWrite {
+            target: h,
+            pages,
+            end,
+            check,
+        };
+    let checked = |old: u64| WriteCheck {
+        old_pages: vec![old],
+        size_seen: 5000,
+        start: 0,
+    };
+    // 1. A commit for a file this client has not opened at all.
+    let r = send(&fs, &commit(vec![(0, page)], 4096, None));
+    unchanged(&fs, "/f", &before, r, libc::EBADF);
+    let r = send(&fs, &commit(vec![], 1 << 30, None));
+    unchanged(&fs, "/f", &before, r, libc::EBADF);
+    // 2. With the file open read-only (also twice, and via a forged read-only Open).
+    let ro = fs.open_file("/f", &OpenOptions::new().read(true)).unwrap();
+    let ro2 = ro.try_clone().unwrap();
+    let r = send(&fs, &commit(vec![(0, page)], 4096, Some(checked(0))));
+    unchanged(&fs, "/f", &before, r, libc::EBADF);
+    // 3. fallocate without a write open.
+    let fall = Request::Fallocate {
+        target: h,
+        offset: 0,
+        len: 1 << 20,
+        keep_size: false,
+    };
+    let r = send(&fs, &fall);
+    unchanged(&fs, "/f", &before, r, libc::EBADF);
+    // Closing "for writing" what was opened read-only is refused too.
+    let r = send(
+        &fs,
+        &Request::Close {
+            target: h,
+            write: true,
+        },
+    );
+    unchanged(&fs, "/f", &before, r, libc::EBADF);
+    // 4. Open for writing: a bogus end is still refused.
+    let rw = fs.open_file("/f", &OpenOptions::new().write(true)).unwrap();
+    // No pages, and an end far beyond the last page the file has.
+    let r = send(&fs, &commit(vec![], 1 << 30, None));
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // A page beyond the end it claims.
+    let r = send(&fs, &commit(vec![(3, page)], 4096, None));
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // One page, and an end far beyond it.
+    let r = send(&fs, &commit(vec![(2, page)], 1 << 30, None));
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // A checked commit whose pages do not cover the range it claims to have written.
+    let wide = WriteCheck {
+        old_pages: vec![0],
+        size_seen: 5000,
+        start: 5000,
+    };
+    let r = send(&fs, &commit(vec![(2, page)], 3 * 4096, Some(wide)));
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    let empty = WriteCheck {
+        old_pages: vec![],
+        size_seen: 5000,
+        start: 1 << 20,
+    };
+    let r = send(&fs, &commit(vec![], 1 << 20, Some(empty)));
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // The legitimate paths still work: a write through the write-open, fallocate too.
+    rw.write_at(b"ok", 4999).unwrap();
+    rw.allocate(0, 8192, true).unwrap();
+    let after = fs.read_file("/f").unwrap();
+    assert_eq!(after.len(), 5001);
+    assert_eq!(&after[4999..], b"ok");
+    drop((ro, ro2, rw));
+    // Closed: the client no longer holds a write open.
+    let r = send(&fs, &fall);
+    unchanged(&fs, "/f", &after, r, libc::EBADF);
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+/// A client that may not write a file cannot open it for writing, even with a forged Open,
+/// and so cannot commit to it (run as uid 65534 by `the_daemon_checks_the_client_uid...`).
+pub fn nobody_may_not_write(fs: &Fs) -> bool {
+    let Ok(m) = fs.stat("/rootonly/file") else {
+        return false;
+    };
+    let Ok(h) = fs.handle_of(m.ino) else {
+        return false;
+    };
+    let open = send(
+        fs,
+        &Request::Open {
+            target: h,
+            write: true,
+        },
+    );
+    let fall = send(
+        fs,
+        &Request::Fallocate {
+            target: h,
+            offset: 0,
+            len: 4096,
+            keep_size: false,
+        },
+    );
+    let commit = send(
+        fs,
+        &Request::CommitWrite {
+            target: h,
+            pages: vec![],
+            end: 1 << 20,
+            check: None,
+        },
+    );
+    let errno = |r: engram_core::Result<Response>| r.err().map(|e| e.errno());
+    errno(open) == Some(libc::EACCES)
+        && errno(fall) == Some(libc::EBADF)
+        && errno(commit) == Some(libc::EBADF)
+}
