@@ -383,13 +383,17 @@ impl Pool {
     }
 
     /// `sfence`; for ordinary files also `msync(MS_SYNC)` of every page
-    /// flushed since the last fence. An `msync` failure is kept for
-    /// [`Pool::take_sync_error`]; use [`Pool::try_fence`] to see it directly.
+    /// flushed since the last fence. An `msync` failure is not returned here:
+    /// it is kept until [`Pool::take_sync_error`] takes it, so that a caller
+    /// at a durability point (a log append, a checkpoint, fsync) sees a
+    /// failure of any fence since its last check. [`Pool::try_fence`] also
+    /// returns it directly.
     pub fn fence(&self) {
         let _ = self.try_fence();
     }
 
-    /// [`Pool::fence`], returning the `msync` error if there is one.
+    /// [`Pool::fence`], returning the `msync` error if there is one (it is
+    /// also kept for [`Pool::take_sync_error`]).
     pub fn try_fence(&self) -> io::Result<()> {
         flush::sfence();
         let result = if self.media == Media::File {
@@ -403,9 +407,27 @@ impl Pool {
         result
     }
 
-    /// The first `msync` error seen by [`Pool::fence`] since the last call, if any.
+    /// The first `msync` error seen by any fence since the last call, if any.
     pub fn take_sync_error(&self) -> Option<io::Error> {
         self.dirty.take_error()
+    }
+
+    /// Fence, then report any `msync` failure since the last check: the one
+    /// call a durability point needs.
+    pub fn sync_point(&self) -> io::Result<()> {
+        let now = self.try_fence();
+        match self.take_sync_error() {
+            Some(e) => Err(e),
+            None => now,
+        }
+    }
+
+    /// Test hook: make every `msync` of an ordinary-file pool fail with
+    /// `errno` (None: behave normally again). No effect on other media,
+    /// which never call `msync`.
+    #[doc(hidden)]
+    pub fn inject_sync_failure(&self, errno: Option<i32>) {
+        self.dirty.set_fault(errno);
     }
 
     /// Page ranges awaiting `msync` (ordinary files only).

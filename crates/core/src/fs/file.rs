@@ -255,7 +255,7 @@ impl File {
             let size = self.data().size;
             let start = off.unwrap_or(size).min(size) / PAGE;
             let end = match off {
-                Some(o) => (o + data.len() as u64).div_ceil(PAGE),
+                Some(o) => o.saturating_add(data.len() as u64).div_ceil(PAGE),
                 None => u64::MAX,
             };
             let guard = lock.lock(start, end);
@@ -336,8 +336,16 @@ impl File {
             }
             None
         };
-        core.pool.fence();
         let new_pages: Vec<u64> = updates.iter().map(|u| u.1).collect();
+        if let Err(e) = core.pool.try_fence() {
+            // The data may not be durable: commit nothing. The server sees the same failure
+            // at its next durability point.
+            fs.untake_pages(new_pages);
+            return Err(Error::with_msg(
+                libc::EIO,
+                format!("writing file data back to the pool failed: {e}"),
+            ));
+        }
         let req = Request::CommitWrite {
             target: self.handle,
             pages: updates,
@@ -377,7 +385,8 @@ impl File {
     }
 
     /// Everything is durable when a write returns; this orders nothing but is still a
-    /// round trip so that a failing pool reports it.
+    /// round trip so that a failing pool reports it: EIO if writing the pool back to its
+    /// file (`msync`) failed since the last check.
     pub fn sync_all(&self) -> Result<()> {
         self.fs.call(Request::Sync)?;
         Ok(())
