@@ -350,7 +350,7 @@ fn displays() {
     );
     assert_eq!(
         Media::File.to_string(),
-        "ordinary file (msync of touched pages)"
+        "page cache (msync of touched pages)"
     );
     assert_eq!(Media::Memory.to_string(), "anonymous memory");
     assert_eq!(FlushKind::Clflushopt.to_string(), "clflushopt");
