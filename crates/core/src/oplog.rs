@@ -224,6 +224,11 @@ impl Log {
         self.used
     }
 
+    /// The sequence number the next record gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The head a checkpoint taken now would record: everything so far is applied.
     pub fn checkpoint(&mut self) -> LogHead {
         self.used = 0;
