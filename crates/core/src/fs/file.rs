@@ -210,7 +210,10 @@ impl File {
     }
 
     /// Write `data` at `off` (or at the end of file for None); returns bytes written and
-    /// where the write ended.
+    /// where the write ended. A write larger than `ATOMIC_WRITE_MAX` is a series of atomic
+    /// steps: if a later step fails (ENOSPC, EFBIG, …) the steps before it stay written and
+    /// their length is returned (a short write, as POSIX has it); the error is returned
+    /// only when nothing was written.
     fn write_inner(&self, data: &[u8], off: Option<u64>) -> Result<(usize, u64)> {
         if !self.opts.write {
             return Err(Error::EBADF);
@@ -222,12 +225,17 @@ impl File {
         let mut pos = off;
         while done < data.len() {
             let n = (data.len() - done).min(ATOMIC_WRITE_MAX as usize);
-            let end = self.write_chunk(&data[done..done + n], pos)?;
-            done += n;
-            pos = pos.map(|_| end);
+            match self.write_chunk(&data[done..done + n], pos) {
+                Ok(end) => {
+                    done += n;
+                    pos = pos.map(|_| end);
+                }
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
         }
         let end = match off {
-            Some(o) => o + data.len() as u64,
+            Some(o) => o + done as u64,
             None => self.data().size,
         };
         Ok((done, end))

@@ -488,7 +488,12 @@ impl Fs {
             path,
             &OpenOptions::new().write(true).create(true).truncate(true),
         )?;
-        f.write_at(data, 0)?;
+        // A write larger than one atomic step may be short (a later step ran out of space):
+        // go on until everything is written or a write fails outright.
+        let mut done = 0;
+        while done < data.len() {
+            done += f.write_at(&data[done..], done as u64)?;
+        }
         Ok(())
     }
 }
