@@ -32,7 +32,7 @@ fn o_creat_racing_with_mkdir_and_symlink_opens_only_regular_files() {
         s.spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     if other.mkdir("/x", 0o755).is_ok() {
                         let _ = other.rmdir("/x");
                     }
@@ -48,7 +48,7 @@ fn o_creat_racing_with_mkdir_and_symlink_opens_only_regular_files() {
         });
         let _stop = StopOnDrop(stop);
         for round in 0..ROUNDS {
-            let nofollow = round % 3 == 0;
+            let nofollow = round.is_multiple_of(3);
             let opts = OpenOptions::new()
                 .read(true)
                 .write(true)

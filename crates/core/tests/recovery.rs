@@ -211,10 +211,10 @@ fn killed_child() {
         let name = format!("/work/f{}", i % 50);
         fs.write_file(&name, &pattern(i, (i as usize * 997) % 20_000))
             .unwrap();
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             let _ = fs.unlink(format!("/work/f{}", (i + 25) % 50));
         }
-        if i % 11 == 0 {
+        if i.is_multiple_of(11) {
             let _ = fs.rename(&name, format!("/work/r{}", i % 13));
         }
         if i == 200 {
