@@ -4,6 +4,7 @@ use crate::error::{Context, Result};
 use crate::pool;
 use crate::size::human;
 use engram_core::Fs;
+use engram_pmem::Media;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -25,6 +26,18 @@ pub fn run(a: &Args) -> Result<()> {
     out!("pool:      {shown}");
     out!("uuid:      {uuid}");
     out!("media:     {}", m.media);
+    let pool = fs.pool();
+    if pool.backing().is_device() {
+        let how = match m.media {
+            Media::Dax => "direct access",
+            _ => "not DAX: through the page cache, durable with msync",
+        };
+        out!(
+            "device:    {} of {} ({how})",
+            pool.backing(),
+            human(pool.len())
+        );
+    }
     if m.was_clean {
         out!("state:     cleanly unmounted");
     } else {

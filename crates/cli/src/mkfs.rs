@@ -1,6 +1,6 @@
-//! `engram mkfs POOL --size SIZE`
+//! `engram mkfs POOL [--size SIZE]`
 
-use crate::error::{Context, Result};
+use crate::error::{CliError, Context, Result};
 use crate::size::{self, parse_size};
 use engram_core::Fs;
 use std::path::PathBuf;
@@ -8,23 +8,45 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Pool file to create (its previous content is lost)
+    /// Pool file to create, or a block or device-DAX device to format in place (its previous
+    /// content is lost)
     pub pool: PathBuf,
-    /// Pool size in bytes, or with a K, M, G or T suffix (binary units), e.g. 64M or 1G
+    /// Pool size in bytes, or with a K, M, G or T suffix (binary units), e.g. 64M or 1G.
+    /// Required for a file; for a device, the default is the whole device
     #[arg(long, short, value_parser = parse_size)]
-    pub size: u64,
+    pub size: Option<u64>,
 }
 
 pub fn run(a: &Args) -> Result<()> {
     let shown = a.pool.display();
+    // A device that does not exist yet is a file to create; any other failure to look is
+    // reported by the format below.
+    let device = match engram_pmem::device_size(&a.pool) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(CliError::new(format!("cannot format {shown}: {e}"))),
+    };
+    let size = match (a.size, device) {
+        (Some(s), _) => s,
+        (None, Some(d)) => d,
+        (None, None) => {
+            return Err(CliError::new(format!(
+                "cannot format {shown}: --size is required for a pool file (only a device has a size of its own)"
+            )));
+        }
+    };
     let t = Instant::now();
-    Fs::mkfs(&a.pool, a.size).context(format_args!("cannot format {shown}"))?;
+    Fs::mkfs(&a.pool, size).context(format_args!("cannot format {shown}"))?;
     let took = t.elapsed();
     let geo = Fs::superblock(&a.pool)
         .context(format_args!("cannot read back {shown}"))?
         .geometry;
+    let what = match device {
+        Some(d) => format!(" (a device of {})", size::human(d)),
+        None => String::new(),
+    };
     out!(
-        "formatted {shown}: {} pool in {}",
+        "formatted {shown}{what}: {} pool in {}",
         size::human(geo.pool_size),
         size::duration(took)
     );

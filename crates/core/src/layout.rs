@@ -269,10 +269,18 @@ impl Superblock {
                 ))
             }
         })?;
-        if sb.geometry.pool_size != pool.len() {
+        // A device may be larger than the pool formatted on it (mkfs --size); a file is
+        // exactly the pool.
+        let fits = if pool.backing().is_device() {
+            sb.geometry.pool_size <= pool.len()
+        } else {
+            sb.geometry.pool_size == pool.len()
+        };
+        if !fits {
             return Err(Error::corrupt(format!(
-                "pool is truncated or resized: superblock says {} bytes, file has {}",
+                "pool is truncated or resized: superblock says {} bytes, {} has {}",
                 sb.geometry.pool_size,
+                pool.backing(),
                 pool.len()
             )));
         }

@@ -5,11 +5,17 @@ use crate::inode::{InodeData, S_IFDIR};
 use crate::layout::{Geometry, ROOT_INO, Superblock, now_ns};
 use engram_pmem::Pool;
 
-/// Write a fresh file system into `pool` (whose content is assumed zero, as after creation,
-/// except for the areas written here).
+/// Write a fresh file system into `pool`. A new pool file is zero, except for the areas
+/// written here; a device keeps its old content, so its whole inode table is zeroed too
+/// (everything else is initialised when it is allocated).
 pub fn format(pool: &Pool, geo: &Geometry) {
     pool.zero_nt(geo.log_off, geo.log_len);
-    pool.zero_nt(geo.inode_off, 2 * crate::layout::INODE_SIZE);
+    let inodes = if pool.backing().is_device() {
+        geo.inode_count
+    } else {
+        2
+    };
+    pool.zero_nt(geo.inode_off, inodes * crate::layout::INODE_SIZE);
     let now = now_ns();
     let creds = crate::perm::Creds::current();
     let root = InodeData {

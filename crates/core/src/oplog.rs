@@ -224,6 +224,11 @@ impl Log {
         self.used
     }
 
+    /// The sequence number the next record gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The head a checkpoint taken now would record: everything so far is applied.
     pub fn checkpoint(&mut self) -> LogHead {
         self.used = 0;
@@ -252,6 +257,9 @@ impl Log {
         } else if self.tail + len > self.len {
             let pad = self.len - self.tail;
             self.write_record(pool, KIND_WRAP, &[], pad);
+            // Durable before the record after it: a valid record must never follow a
+            // torn one (replay takes that for a damaged log).
+            pool.fence();
             self.used += pad;
             self.tail = 0;
             self.wraps += 1;
@@ -300,63 +308,120 @@ pub struct Replayed {
     pub end: LogHead,
 }
 
-/// Replay every valid record from `head`, in order, applying its stores. Idempotent. A record
-/// whose checksum fails or whose sequence number is not the next one ends the log (a torn
-/// or stale record); a valid record that targets anything outside the inode table and the
-/// metadata pages is corruption and is refused.
+/// A valid record found by a scan of the log.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    pos: u64,
+    len: u64,
+    kind: u32,
+    seq: u64,
+}
+
+/// Replay every valid record from `head`, in order, applying its stores. Idempotent.
+///
+/// The log ends at the first record that fails its checks (magic, the next sequence number,
+/// length, checksum): a torn last record is normal after a crash. But a record can only be
+/// written once every earlier one is durable, so a valid record with a later sequence
+/// number anywhere in the log means the failing one was committed and is now damaged:
+/// replaying past it is impossible and stopping there would drop committed operations, so
+/// that is refused as corruption. So is a valid record that cannot be decoded or that
+/// targets anything outside the inode table and the metadata pages. Everything is checked
+/// before anything is applied: a refused log leaves the pool untouched.
 pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
+    let (found, end) = scan(pool, geo, head)?;
+    let mut records = 0;
+    for f in found.iter().filter(|f| f.kind == KIND_OPS) {
+        let entries = record_entries(pool, geo, f)?;
+        apply_all(pool, &entries);
+        records += 1;
+    }
+    pool.fence();
+    Ok(Replayed { records, end })
+}
+
+/// The decoded, checked entries of an operations record.
+fn record_entries(pool: &Pool, geo: &Geometry, f: &Found) -> Result<Vec<Entry>> {
+    let body = pool.slice(geo.log_off + f.pos + HEADER as u64, f.len - HEADER as u64);
+    let seq = f.seq;
+    let entries = decode_entries(body)
+        .ok_or_else(|| Error::corrupt(format!("log record {seq} has an undecodable entry")))?;
+    for e in &entries {
+        let (off, l) = e.range();
+        if off < geo.inode_off || off.checked_add(l).is_none_or(|end| end > geo.data_off) {
+            return Err(Error::corrupt(format!(
+                "log record {seq} writes outside the metadata area (offset {off:#x})"
+            )));
+        }
+    }
+    Ok(entries)
+}
+
+/// Every valid record from `head` in order, and where the log ends; refuses a log whose
+/// chain breaks before a later record (see [`replay`]). Changes nothing.
+fn scan(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<(Vec<Found>, LogHead)> {
+    let mut found = Vec::new();
     let mut pos = head.head;
     let mut seq = head.seq;
-    let mut records = 0;
     let mut laps = 0u64;
-    while let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) {
-        if kind == KIND_WRAP {
+    while let Some(f) = record_at(pool, geo, pos).filter(|f| f.seq == seq) {
+        found.push(f);
+        seq += 1;
+        if f.kind == KIND_WRAP {
             pos = 0;
-            seq += 1;
             laps += 1;
             if laps > 2 {
                 return Err(Error::corrupt("operation log wraps more than once"));
             }
             continue;
         }
-        let body = pool.slice(geo.log_off + pos + HEADER as u64, len - HEADER as u64);
-        let entries = decode_entries(body)
-            .ok_or_else(|| Error::corrupt(format!("log record {seq} has an undecodable entry")))?;
-        for e in &entries {
-            let (off, l) = e.range();
-            if off < geo.inode_off || off.checked_add(l).is_none_or(|end| end > geo.data_off) {
-                return Err(Error::corrupt(format!(
-                    "log record {seq} writes outside the metadata area (offset {off:#x})"
-                )));
-            }
-        }
-        apply_all(pool, &entries);
-        records += 1;
-        seq += 1;
-        pos += len;
+        record_entries(pool, geo, &f)?;
+        pos += f.len;
         if pos >= geo.log_len {
             pos = 0;
         }
+        if found.len() as u64 > geo.log_len / 64 {
+            return Err(Error::corrupt(
+                "operation log has more records than it can hold",
+            ));
+        }
     }
-    pool.fence();
-    Ok(Replayed {
-        records,
-        end: LogHead { head: pos, seq },
-    })
+    if let Some(later) = later_record(pool, geo, seq) {
+        return Err(Error::corrupt(format!(
+            "operation log is damaged: record {seq} at log offset {pos:#x} fails its checks, \
+             but record {} at log offset {:#x} was written after it; recovery would lose \
+             committed operations, so the pool is left as it is",
+            later.seq, later.pos
+        )));
+    }
+    Ok((found, LogHead { head: pos, seq }))
 }
 
-fn valid_record_at(pool: &Pool, geo: &Geometry, pos: u64, seq: u64) -> Option<(u32, u64)> {
+/// A valid record anywhere in the log with a sequence number after `seq` (and not absurdly
+/// far after it: at most as many records as the log holds).
+fn later_record(pool: &Pool, geo: &Geometry, seq: u64) -> Option<Found> {
+    let limit = geo.log_len / 64;
+    (0..geo.log_len)
+        .step_by(64)
+        .filter_map(|pos| record_at(pool, geo, pos))
+        .find(|f| f.seq > seq && f.seq - seq <= limit)
+}
+
+/// The record at `pos` if its header and checksum are right (any sequence number).
+fn record_at(pool: &Pool, geo: &Geometry, pos: u64) -> Option<Found> {
     if pos + HEADER as u64 > geo.log_len {
         return None;
     }
     let h = pool.slice(geo.log_off + pos, HEADER as u64);
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
     let magic = u32_at(0);
+    if magic != RECORD_MAGIC {
+        return None;
+    }
     let kind = u32_at(4);
     let len = u32_at(8) as u64;
     let crc = u32_at(12);
-    let rseq = u64::from_le_bytes(h[16..24].try_into().unwrap());
-    if magic != RECORD_MAGIC || rseq != seq || len < HEADER as u64 || !len.is_multiple_of(64) {
+    let seq = u64::from_le_bytes(h[16..24].try_into().unwrap());
+    if len < HEADER as u64 || !len.is_multiple_of(64) {
         return None;
     }
     if pos + len > geo.log_len || kind > KIND_WRAP {
@@ -369,7 +434,12 @@ fn valid_record_at(pool: &Pool, geo: &Geometry, pos: u64, seq: u64) -> Option<(u
     };
     let mut bytes = pool.slice(geo.log_off + pos, covered).to_vec();
     bytes[12..16].fill(0);
-    (crc32c::crc32c(&bytes) == crc).then_some((kind, len))
+    (crc32c::crc32c(&bytes) == crc).then_some(Found {
+        pos,
+        len,
+        kind,
+        seq,
+    })
 }
 
 fn decode_entries(mut b: &[u8]) -> Option<Vec<Entry>> {
@@ -383,16 +453,17 @@ fn decode_entries(mut b: &[u8]) -> Option<Vec<Entry>> {
     Some(out)
 }
 
-/// Every record from `head` with its sequence number, for fsck's checksum check.
+/// How many records from `head` form a valid chain (fsck compares it with the number
+/// appended since the last checkpoint).
 pub fn count_valid(pool: &Pool, geo: &Geometry, head: LogHead) -> u64 {
     let mut pos = head.head;
     let mut seq = head.seq;
     let mut n = 0;
-    while let Some((kind, len)) = valid_record_at(pool, geo, pos, seq) {
-        pos = if kind == KIND_WRAP {
+    while let Some(f) = record_at(pool, geo, pos).filter(|f| f.seq == seq) {
+        pos = if f.kind == KIND_WRAP {
             0
         } else {
-            (pos + len) % geo.log_len
+            (pos + f.len) % geo.log_len
         };
         seq += 1;
         n += 1;

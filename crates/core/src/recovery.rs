@@ -3,7 +3,7 @@
 
 use crate::alloc::Allocator;
 use crate::census::Census;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::inode::field;
 use crate::layout::Superblock;
 use crate::oplog::{self, LogHead};
@@ -55,7 +55,12 @@ pub fn mount(pool: &Pool) -> Result<Mounted> {
             orphans += 1;
         }
     }
-    pool.fence();
+    pool.sync_point().map_err(|e| {
+        Error::with_msg(
+            libc::EIO,
+            format!("cannot write the recovered pool back to its file: {e}"),
+        )
+    })?;
     Ok(Mounted {
         sb,
         alloc: census.allocator(&geo),

@@ -313,6 +313,40 @@ fn full_pool_enospc_then_recovers() {
 }
 
 #[test]
+fn write_larger_than_an_atomic_step_that_runs_out_of_space_is_short() {
+    let (p, fs) = new_fs("shortwrite", 16);
+    // File::write_at applies writes in atomic steps of 8 MiB (ATOMIC_WRITE_MAX).
+    let step = 8 * MIB as usize;
+    let data = pattern(11, 20 * MIB as usize);
+    let mut f = fs
+        .open_file(
+            "/big",
+            &OpenOptions::new().read(true).write(true).create(true),
+        )
+        .unwrap();
+    // The first 8 MiB step fits, the second does not: the first stays, and says so.
+    assert_eq!(f.write_at(&data, 0).unwrap(), step);
+    assert_eq!(f.metadata().unwrap().size, step as u64);
+    // Nothing of the rest fits in one step: now the error.
+    assert_errno(f.write_at(&data[step..], step as u64), ENOSPC);
+    assert_eq!(f.metadata().unwrap().size, step as u64);
+    // Through `Write`: the offset moves by what was written.
+    f.set_len(0).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    assert_eq!(std::io::Write::write(&mut f, &data).unwrap(), step);
+    assert_eq!(f.stream_position().unwrap(), step as u64);
+    drop(f);
+    assert!(fs.read_file("/big").unwrap() == data[..step]);
+    // A whole-file write keeps going after a short step and reports the failure.
+    assert_errno(fs.write_file("/big2", &data), ENOSPC);
+    fs.unlink("/big2").unwrap();
+    assert_clean(&fs);
+    let fs = remount(&p, fs);
+    assert!(fs.read_file("/big").unwrap() == data[..step]);
+    assert_clean(&fs);
+}
+
+#[test]
 fn writing_after_delete_on_a_full_pool_works_at_once() {
     let (_p, fs) = new_fs("fullreuse", 8);
     let f = fs

@@ -8,12 +8,14 @@
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("engram-pmem supports only x86_64 (clwb/clflushopt/clflush, sfence)");
 
+mod device;
 mod flush;
 mod map;
 mod pool;
 mod record;
 mod sync;
 
+pub use device::{Backing, device_size};
 pub use flush::{CACHE_LINE, FlushKind, flush_kind};
 pub use map::Media;
 pub use pool::Pool;

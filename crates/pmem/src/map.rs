@@ -6,6 +6,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr;
 
+use crate::device::Backing;
+
 /// Page size assumed for pool sizes and protection ranges (x86_64).
 pub(crate) const PAGE: u64 = 4096;
 
@@ -16,7 +18,8 @@ pub enum Media {
     Dax,
     /// File on tmpfs: emulated PM, same instructions, contents lost on reboot.
     Tmpfs,
-    /// Ordinary page-cache file: durability through `msync` of the touched pages.
+    /// Page cache (an ordinary file, or a block device without DAX): durability through
+    /// `msync` of the touched pages.
     File,
     /// Anonymous memory (tests, crash harness): never durable.
     Memory,
@@ -27,7 +30,7 @@ impl fmt::Display for Media {
         f.write_str(match self {
             Media::Dax => "DAX (MAP_SYNC, cache-line flushes)",
             Media::Tmpfs => "tmpfs (emulated PM: cache-line flushes, lost on reboot)",
-            Media::File => "ordinary file (msync of touched pages)",
+            Media::File => "page cache (msync of touched pages)",
             Media::Memory => "anonymous memory",
         })
     }
@@ -96,8 +99,11 @@ fn mmap(fd: libc::c_int, len: usize, flags: libc::c_int) -> io::Result<*mut u8> 
 }
 
 /// Map `len` bytes of `file` shared and detect the media: `MAP_SYNC` first,
-/// then plain `MAP_SHARED` with tmpfs told apart from ordinary files by `fstatfs`.
-pub(crate) fn map_file(file: &File, len: usize) -> io::Result<(Mapping, Media)> {
+/// then plain `MAP_SHARED`. A device-DAX device is direct access either way; a
+/// block device without `MAP_SYNC` goes through the page cache (its node lives
+/// on devtmpfs, which must not make it look like tmpfs); a regular file is
+/// told apart from one on tmpfs by `fstatfs`.
+pub(crate) fn map_file(file: &File, len: usize, backing: Backing) -> io::Result<(Mapping, Media)> {
     let fd = file.as_raw_fd();
     match mmap(fd, len, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC) {
         Ok(ptr) => return Ok((Mapping { ptr, map_len: len }, Media::Dax)),
@@ -106,10 +112,11 @@ pub(crate) fn map_file(file: &File, len: usize) -> io::Result<(Mapping, Media)> 
     }
     let ptr = mmap(fd, len, libc::MAP_SHARED)?;
     let mapping = Mapping { ptr, map_len: len };
-    let media = if is_tmpfs(file)? {
-        Media::Tmpfs
-    } else {
-        Media::File
+    let media = match backing {
+        Backing::DaxDevice => Media::Dax,
+        Backing::BlockDevice => Media::File,
+        _ if is_tmpfs(file)? => Media::Tmpfs,
+        _ => Media::File,
     };
     Ok((mapping, media))
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
+use crate::device::{self, Backing};
 use crate::flush::{self, CACHE_LINE, FlushKind};
 use crate::map::{self, Mapping, Media, PAGE};
 use crate::record::{Event, Recorder, Recording};
@@ -23,6 +24,7 @@ pub struct Pool {
     map: Mapping,
     len: u64,
     media: Media,
+    backing: Backing,
     kind: FlushKind,
     path: Option<PathBuf>,
     file: Option<File>,
@@ -35,6 +37,7 @@ impl fmt::Debug for Pool {
         f.debug_struct("Pool")
             .field("len", &self.len)
             .field("media", &self.media)
+            .field("backing", &self.backing)
             .field("flush", &self.kind)
             .field("path", &self.path)
             .finish_non_exhaustive()
@@ -69,7 +72,7 @@ impl Pool {
     fn new(
         map: Mapping,
         len: u64,
-        media: Media,
+        (media, backing): (Media, Backing),
         path: Option<PathBuf>,
         file: Option<File>,
     ) -> Pool {
@@ -77,6 +80,7 @@ impl Pool {
             map,
             len,
             media,
+            backing,
             kind: flush::flush_kind(),
             path,
             file,
@@ -89,6 +93,10 @@ impl Pool {
     /// map it shared. `size` must be a non-zero multiple of 4096. Space is
     /// reserved up front where the file system supports it. Refuses to
     /// truncate a pool file another process holds a lock on.
+    ///
+    /// If `path` is a block device or a device-DAX device, it is used in place:
+    /// `size` must not exceed the device, nothing is resized, and the old
+    /// content is left as it is (the caller writes what it needs).
     pub fn create(path: &Path, size: u64) -> io::Result<Pool> {
         let len = map::check_pool_size(size).map_err(invalid)?;
         let file = OpenOptions::new()
@@ -98,42 +106,56 @@ impl Pool {
             .truncate(false)
             .open(path)
             .map_err(|e| with_path(e, "cannot create pool file", path))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| with_path(e, "cannot stat pool file", path))?;
+        let (backing, device_size) = device::probe(&file, &meta, path)?;
         flock(&file, libc::LOCK_EX | libc::LOCK_NB)
             .map_err(|e| with_path(e, "cannot create pool file", path))?;
-        let sized = file.set_len(0).and_then(|()| map::allocate(&file, size));
+        let sized = if !backing.is_device() {
+            file.set_len(0).and_then(|()| map::allocate(&file, size))
+        } else if size > device_size {
+            Err(invalid(format!(
+                "{backing} {} holds {device_size} bytes, less than the {size} asked for",
+                path.display()
+            )))
+        } else {
+            Ok(())
+        };
         flock(&file, libc::LOCK_UN)?;
-        sized.map_err(|e| with_path(e, "cannot size pool file", path))?;
-        let (map, media) =
-            map::map_file(&file, len).map_err(|e| with_path(e, "cannot map pool file", path))?;
+        sized.map_err(|e| with_path(e, "cannot size pool", path))?;
+        let (map, media) = map::map_file(&file, len, backing)
+            .map_err(|e| with_path(e, "cannot map pool file", path))?;
         Ok(Pool::new(
             map,
             size,
-            media,
+            (media, backing),
             Some(path.to_path_buf()),
             Some(file),
         ))
     }
 
-    /// Map an existing pool file read/write; its length is the pool size and
-    /// must be a non-zero multiple of 4096.
+    /// Map an existing pool read/write: a file, whose length is the pool size,
+    /// or a block or device-DAX device, mapped whole (rounded down to pages).
+    /// The size must be a non-zero multiple of 4096.
     pub fn open(path: &Path) -> io::Result<Pool> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| with_path(e, "cannot open pool file", path))?;
-        let size = file
+        let meta = file
             .metadata()
-            .map_err(|e| with_path(e, "cannot stat pool file", path))?
-            .len();
+            .map_err(|e| with_path(e, "cannot stat pool file", path))?;
+        let (backing, size) = device::probe(&file, &meta, path)?;
         let len = map::check_pool_size(size)
-            .map_err(|m| invalid(format!("pool file {}: {m}", path.display())))?;
-        let (map, media) =
-            map::map_file(&file, len).map_err(|e| with_path(e, "cannot map pool file", path))?;
+            .map_err(|m| invalid(format!("pool {} {}: {m}", backing, path.display())))?;
+        let (map, media) = map::map_file(&file, len, backing)
+            .map_err(|e| with_path(e, "cannot map pool file", path))?;
         Ok(Pool::new(
             map,
             size,
-            media,
+            (media, backing),
             Some(path.to_path_buf()),
             Some(file),
         ))
@@ -145,7 +167,13 @@ impl Pool {
         let len = usize::try_from(size)
             .map_err(|_| invalid(format!("anonymous pool size {size} is too large")))?;
         let map = map::map_anonymous(len)?;
-        Ok(Pool::new(map, size, Media::Memory, None, None))
+        Ok(Pool::new(
+            map,
+            size,
+            (Media::Memory, Backing::Memory),
+            None,
+            None,
+        ))
     }
 
     /// Anonymous memory initialised with a copy of `image` (non-empty).
@@ -165,6 +193,11 @@ impl Pool {
 
     pub fn media(&self) -> Media {
         self.media
+    }
+
+    /// What the pool is mapped from (a file, a block or DAX device, memory).
+    pub fn backing(&self) -> Backing {
+        self.backing
     }
 
     /// The flush instruction this pool uses.
@@ -383,13 +416,17 @@ impl Pool {
     }
 
     /// `sfence`; for ordinary files also `msync(MS_SYNC)` of every page
-    /// flushed since the last fence. An `msync` failure is kept for
-    /// [`Pool::take_sync_error`]; use [`Pool::try_fence`] to see it directly.
+    /// flushed since the last fence. An `msync` failure is not returned here:
+    /// it is kept until [`Pool::take_sync_error`] takes it, so that a caller
+    /// at a durability point (a log append, a checkpoint, fsync) sees a
+    /// failure of any fence since its last check. [`Pool::try_fence`] also
+    /// returns it directly.
     pub fn fence(&self) {
         let _ = self.try_fence();
     }
 
-    /// [`Pool::fence`], returning the `msync` error if there is one.
+    /// [`Pool::fence`], returning the `msync` error if there is one (it is
+    /// also kept for [`Pool::take_sync_error`]).
     pub fn try_fence(&self) -> io::Result<()> {
         flush::sfence();
         let result = if self.media == Media::File {
@@ -403,9 +440,27 @@ impl Pool {
         result
     }
 
-    /// The first `msync` error seen by [`Pool::fence`] since the last call, if any.
+    /// The first `msync` error seen by any fence since the last call, if any.
     pub fn take_sync_error(&self) -> Option<io::Error> {
         self.dirty.take_error()
+    }
+
+    /// Fence, then report any `msync` failure since the last check: the one
+    /// call a durability point needs.
+    pub fn sync_point(&self) -> io::Result<()> {
+        let now = self.try_fence();
+        match self.take_sync_error() {
+            Some(e) => Err(e),
+            None => now,
+        }
+    }
+
+    /// Test hook: make every `msync` of an ordinary-file pool fail with
+    /// `errno` (None: behave normally again). No effect on other media,
+    /// which never call `msync`.
+    #[doc(hidden)]
+    pub fn inject_sync_failure(&self, errno: Option<i32>) {
+        self.dirty.set_fault(errno);
     }
 
     /// Page ranges awaiting `msync` (ordinary files only).

@@ -2,6 +2,7 @@
 //! fence and `msync` them at the fence.
 
 use std::io;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::map::PAGE;
@@ -18,6 +19,8 @@ pub(crate) struct DirtyPages {
     syncing: Mutex<()>,
     /// First `msync` error not yet taken by the caller.
     error: Mutex<Option<io::Error>>,
+    /// Test hook: when non-zero, every sync of a non-empty set of ranges fails with this errno.
+    fault: AtomicI32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,14 +82,25 @@ impl DirtyPages {
             if rc != 0 && result.is_ok() {
                 result = Err(io::Error::last_os_error());
             }
+            let fault = self.fault.load(Ordering::Relaxed);
+            if fault != 0 && result.is_ok() {
+                result = Err(io::Error::from_raw_os_error(fault));
+            }
         }
         if let Err(e) = &result {
             let mut err = lock(&self.error);
             if err.is_none() {
-                *err = Some(io::Error::new(e.kind(), e.to_string()));
+                *err = Some(match e.raw_os_error() {
+                    Some(errno) => io::Error::from_raw_os_error(errno),
+                    None => io::Error::new(e.kind(), e.to_string()),
+                });
             }
         }
         result
+    }
+
+    pub(crate) fn set_fault(&self, errno: Option<i32>) {
+        self.fault.store(errno.unwrap_or(0), Ordering::Relaxed);
     }
 
     pub(crate) fn take_error(&self) -> Option<io::Error> {

@@ -109,6 +109,42 @@ fn file_media_tracks_and_syncs_dirty_pages() {
 }
 
 #[test]
+fn injected_msync_failure_is_reported_once_and_kept_for_the_next_check() {
+    let dir = std::env::temp_dir();
+    if expected_media(dir.to_str().unwrap()) != Media::File {
+        eprintln!(
+            "skipped: {} is tmpfs, so no pool there uses msync",
+            dir.display()
+        );
+        return;
+    }
+    let tmp = TempPath::new(dir.to_str().unwrap(), "syncfail");
+    let pool = Pool::create(&tmp.0, 16 * 4096).unwrap();
+    pool.inject_sync_failure(Some(libc::EIO));
+    // Nothing dirty: nothing to sync, nothing fails.
+    pool.try_fence().unwrap();
+    assert!(pool.sync_point().is_ok());
+    pool.persist(100, 8);
+    // `fence` inside `persist` swallowed the error; the durability point still sees it.
+    let e = pool.sync_point().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    assert!(pool.take_sync_error().is_none());
+    pool.write(5000, b"x");
+    pool.flush(5000, 1);
+    assert_eq!(
+        pool.try_fence().unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert_eq!(
+        pool.take_sync_error().unwrap().raw_os_error(),
+        Some(libc::EIO)
+    );
+    pool.inject_sync_failure(None);
+    pool.persist(100, 8);
+    pool.sync_point().unwrap();
+}
+
+#[test]
 fn create_truncates_an_existing_pool() {
     let tmp = TempPath::new("/dev/shm", "trunc");
     Pool::create(&tmp.0, 8192).unwrap().write(100, b"old");
@@ -314,7 +350,7 @@ fn displays() {
     );
     assert_eq!(
         Media::File.to_string(),
-        "ordinary file (msync of touched pages)"
+        "page cache (msync of touched pages)"
     );
     assert_eq!(Media::Memory.to_string(), "anonymous memory");
     assert_eq!(FlushKind::Clflushopt.to_string(), "clflushopt");

@@ -214,7 +214,10 @@ impl File {
     }
 
     /// Write `data` at `off` (or at the end of file for None); returns bytes written and
-    /// where the write ended.
+    /// where the write ended. A write larger than `ATOMIC_WRITE_MAX` is a series of atomic
+    /// steps: if a later step fails (ENOSPC, EFBIG, …) the steps before it stay written and
+    /// their length is returned (a short write, as POSIX has it); the error is returned
+    /// only when nothing was written.
     fn write_inner(&self, data: &[u8], off: Option<u64>) -> Result<(usize, u64)> {
         if !self.opts.write {
             return Err(Error::EBADF);
@@ -226,12 +229,17 @@ impl File {
         let mut pos = off;
         while done < data.len() {
             let n = (data.len() - done).min(ATOMIC_WRITE_MAX as usize);
-            let end = self.write_chunk(&data[done..done + n], pos)?;
-            done += n;
-            pos = pos.map(|_| end);
+            match self.write_chunk(&data[done..done + n], pos) {
+                Ok(end) => {
+                    done += n;
+                    pos = pos.map(|_| end);
+                }
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
         }
         let end = match off {
-            Some(o) => o + data.len() as u64,
+            Some(o) => o + done as u64,
             None => self.data().size,
         };
         Ok((done, end))
@@ -259,7 +267,7 @@ impl File {
             let size = self.data().size;
             let start = off.unwrap_or(size).min(size) / PAGE;
             let end = match off {
-                Some(o) => (o + data.len() as u64).div_ceil(PAGE),
+                Some(o) => o.saturating_add(data.len() as u64).div_ceil(PAGE),
                 None => u64::MAX,
             };
             let guard = lock.lock(start, end);
@@ -340,8 +348,16 @@ impl File {
             }
             None
         };
-        core.pool.fence();
         let new_pages: Vec<u64> = updates.iter().map(|u| u.1).collect();
+        if let Err(e) = core.pool.try_fence() {
+            // The data may not be durable: commit nothing. The server sees the same failure
+            // at its next durability point.
+            fs.untake_pages(new_pages);
+            return Err(Error::with_msg(
+                libc::EIO,
+                format!("writing file data back to the pool failed: {e}"),
+            ));
+        }
         let req = Request::CommitWrite {
             target: self.handle,
             pages: updates,
@@ -381,7 +397,8 @@ impl File {
     }
 
     /// Everything is durable when a write returns; this orders nothing but is still a
-    /// round trip so that a failing pool reports it.
+    /// round trip so that a failing pool reports it: EIO if writing the pool back to its
+    /// file (`msync`) failed since the last check.
     pub fn sync_all(&self) -> Result<()> {
         self.fs.call(Request::Sync)?;
         Ok(())

@@ -91,7 +91,8 @@ impl Fs {
             )
         })?;
         crate::mkfs::format(&pool, &geo);
-        Ok(())
+        pool.sync_point()
+            .map_err(|e| Error::with_msg(libc::EIO, format!("cannot write the new pool back: {e}")))
     }
 
     /// Open (and if needed recover) a pool file. Fails with EBUSY if another process has it.

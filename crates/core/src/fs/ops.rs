@@ -27,6 +27,20 @@ impl Fs {
     }
 
     pub fn open_at(&self, dir: Option<&File>, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        // The inode a path named can be removed by another thread or process before the
+        // open reaches the server (ESTALE). Linux resolves and opens atomically: the name
+        // is then gone (ENOENT), or, with O_CREAT, created afresh.
+        let mut tries = 0;
+        loop {
+            match self.open_once(dir, path, opts) {
+                Err(e) if e.errno() == libc::ESTALE && opts.create && tries < 8 => tries += 1,
+                Err(e) if e.errno() == libc::ESTALE => return Err(Error::ENOENT),
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(&self, dir: Option<&File>, path: &[u8], opts: &OpenOptions) -> Result<File> {
         let mut opts = *opts;
         if !opts.read && !opts.write {
             opts.read = true;
@@ -61,13 +75,30 @@ impl Fs {
                 None => {
                     let req = Request::Create {
                         parent: p.dir,
-                        name,
+                        name: name.clone(),
                         mode: opts.mode,
                         excl: opts.excl,
                     };
                     let (h, c) = self.call_entry(req)?;
                     created = c;
-                    (h, self.read_inode(h.ino))
+                    let d = self.read_inode(h.ino);
+                    // Another thread or process may have made the name a directory or a
+                    // symlink since the lookup: the server then returns what is there.
+                    if !c && d.is_dir() {
+                        return Err(Error::EISDIR);
+                    }
+                    if !c && d.is_symlink() {
+                        if opts.nofollow {
+                            return Err(if opts.directory {
+                                Error::ENOTDIR
+                            } else {
+                                Error::ELOOP
+                            });
+                        }
+                        self.open_symlink_target(p.dir, &name, &opts)?
+                    } else {
+                        (h, d)
+                    }
                 }
             }
         } else {
@@ -128,12 +159,17 @@ impl Fs {
                 None => {
                     let req = Request::Create {
                         parent: dir,
-                        name,
+                        name: name.clone(),
                         mode: opts.mode,
                         excl: false,
                     };
-                    let (h, _) = self.call_entry(req)?;
-                    return Ok((h, self.read_inode(h.ino)));
+                    let (h, created) = self.call_entry(req)?;
+                    let d = self.read_inode(h.ino);
+                    if created || !(d.is_dir() || d.is_symlink()) {
+                        return Ok((h, d));
+                    }
+                    // The name became a directory or a symlink since the lookup: look again
+                    // (EISDIR, or follow the link).
                 }
             }
         }
@@ -488,7 +524,12 @@ impl Fs {
             path,
             &OpenOptions::new().write(true).create(true).truncate(true),
         )?;
-        f.write_at(data, 0)?;
+        // A write larger than one atomic step may be short (a later step ran out of space):
+        // go on until everything is written or a write fails outright.
+        let mut done = 0;
+        while done < data.len() {
+            done += f.write_at(&data[done..], done as u64)?;
+        }
         Ok(())
     }
 }

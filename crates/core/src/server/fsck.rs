@@ -4,9 +4,10 @@ use super::Server;
 use crate::alloc::Item;
 use crate::census::{Census, Expected};
 use crate::error::Result;
+use crate::index::MAX_FILE_SIZE;
 use crate::inode::field;
 use crate::layout::ROOT_INO;
-use crate::oplog::Entry;
+use crate::oplog::{self, Entry, LogHead};
 
 /// What fsck found (and fixed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,6 +48,8 @@ impl Server {
         let bad_superblock = self.sb.check_copies(&self.pool);
         let rewrite_superblock = !bad_superblock.is_empty();
         r.problems.extend(bad_superblock);
+        let bad_log = self.check_log();
+        r.problems.extend(bad_log.clone());
         let mut inos: Vec<(u64, Expected)> = census.inodes.iter().map(|(&i, &e)| (i, e)).collect();
         inos.sort_by_key(|e| e.0);
         for (ino, exp) in inos {
@@ -80,6 +83,14 @@ impl Server {
                 }
             } else if d.is_reg() {
                 r.files += 1;
+                // Pages beyond the size are legitimate (fallocate with KEEP_SIZE); a size
+                // the index cannot address is not.
+                if d.size > MAX_FILE_SIZE {
+                    r.problems.push(format!(
+                        "file {ino}: size {} is beyond the largest file ({MAX_FILE_SIZE})",
+                        d.size
+                    ));
+                }
                 if d.blocks != exp.pages {
                     r.problems.push(format!(
                         "file {ino}: block count says {} pages, index has {}",
@@ -89,6 +100,9 @@ impl Server {
                 }
             } else if d.is_symlink() {
                 r.symlinks += 1;
+                if let Some(p) = self.check_symlink_target(ino, &d) {
+                    r.problems.push(p);
+                }
             }
             if d.nlink != want_nlink {
                 r.problems.push(format!(
@@ -160,6 +174,12 @@ impl Server {
                 self.sb.store(&self.pool);
                 r.repaired += 1;
             }
+            if !bad_log.is_empty() {
+                // Every record is applied in place when it is made durable: a checkpoint
+                // makes the damaged ones unnecessary.
+                self.checkpoint()?;
+                r.repaired += 1;
+            }
             self.commit(&fixes, &touched)?;
             r.repaired += fixes.len();
             for ino in orphans {
@@ -176,5 +196,43 @@ impl Server {
             }
         }
         Ok(r)
+    }
+
+    /// Every record since the last checkpoint must still validate: recovery after a crash
+    /// would stop at (or refuse) a damaged one.
+    fn check_log(&self) -> Vec<String> {
+        let head = LogHead {
+            head: self.sb.log_head,
+            seq: self.sb.log_head_seq,
+        };
+        let expected = self.log.next_seq().saturating_sub(head.seq);
+        let valid = oplog::count_valid(&self.pool, &self.geo, head);
+        if valid >= expected {
+            return Vec::new();
+        }
+        vec![format!(
+            "operation log: record {} fails its checks; only {valid} of the {expected} records \
+             written since the last checkpoint are valid",
+            head.seq + valid
+        )]
+    }
+
+    /// A symlink's target must be free of NUL bytes within its length (the length itself
+    /// and where the target lives are checked by the census).
+    fn check_symlink_target(&self, ino: u64, d: &crate::inode::InodeData) -> Option<String> {
+        if d.size == 0 || d.size >= libc::PATH_MAX as u64 {
+            return None;
+        }
+        let at = if d.size <= field::INLINE_LEN {
+            self.geo.inode_addr(ino) + field::INLINE
+        } else if self.geo.is_meta_page(d.root) {
+            d.root
+        } else {
+            return None;
+        };
+        self.pool
+            .slice(at, d.size)
+            .contains(&0)
+            .then(|| format!("symlink {ino}: its target has a NUL byte within its length"))
     }
 }

@@ -76,6 +76,10 @@ pub struct Server {
     reclaim_at: usize,
     /// Set by `shutdown`: the pool is marked clean and takes no more requests.
     closed: bool,
+    /// Set when writing the pool back failed (an `msync` error on an ordinary file): what
+    /// is durable is then unknown, so the pool takes no more changes until it is reopened
+    /// (like ext4's `errors=remount-ro`).
+    failed: Option<String>,
 }
 
 impl Server {
@@ -106,6 +110,7 @@ impl Server {
             created: FastMap::default(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
+            failed: None,
         }
     }
 
@@ -210,10 +215,7 @@ impl Server {
             Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Statfs => Ok(Response::StatFs(self.statfs())),
-            Request::Sync => {
-                self.pool.fence();
-                Ok(Response::Done)
-            }
+            Request::Sync => self.sync(),
         }
     }
 
@@ -233,16 +235,64 @@ impl Server {
 
     // ------------------------------------------------------------------ commit machinery
 
+    /// fsync, fdatasync, syncfs: everything is durable already, but a failure to write the
+    /// pool back (since the last check) is reported here as EIO.
+    fn sync(&mut self) -> Result<Response> {
+        self.sync_point("fsync")?;
+        Ok(Response::Done)
+    }
+
+    /// Record a write-back failure seen at `what`: the pool takes no more changes.
+    fn fail(&mut self, what: &str, e: &std::io::Error) {
+        if self.failed.is_none() {
+            self.failed = Some(format!(
+                "writing the pool back to its file failed ({what}: {e})"
+            ));
+        }
+    }
+
+    /// EIO if writing the pool back has failed since it was opened.
+    fn check_failed(&self) -> Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(m) => Err(Error::with_msg(
+                libc::EIO,
+                format!("{m}; the pool takes no more changes until it is reopened"),
+            )),
+        }
+    }
+
+    /// Whether a fence since the last check failed to write the pool back (without a new
+    /// fence: the caller's last fence has just run).
+    fn check_synced(&mut self, what: &str) -> Result<()> {
+        if let Some(e) = self.pool.take_sync_error() {
+            self.fail(what, &e);
+        }
+        self.check_failed()
+    }
+
+    /// A durability point: fence, then EIO if that or any fence since the last check failed.
+    pub(crate) fn sync_point(&mut self, what: &str) -> Result<()> {
+        if let Err(e) = self.pool.sync_point() {
+            self.fail(what, &e);
+        }
+        self.check_failed()
+    }
+
     /// Log, then apply, a record. Everything it makes reachable must already be persisted.
+    /// EIO (and nothing logged or applied) if persisting those structures failed; EIO
+    /// (nothing applied) if persisting the record failed.
     pub(crate) fn commit(&mut self, entries: &[Entry], inos: &[u64]) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
         let len = Log::record_len(entries);
         if self.log.needs_checkpoint(len) {
-            self.checkpoint();
+            self.checkpoint()?;
         }
+        self.check_synced("persisting new structures")?;
         self.log.append(&self.pool, entries)?;
+        self.check_synced("a log append")?;
         let mut touched: Vec<u64> = inos.iter().copied().filter(|&i| i != 0).collect();
         touched.sort_unstable();
         touched.dedup();
@@ -257,14 +307,18 @@ impl Server {
     }
 
     /// Make every applied record redundant: persist in-place updates, move the log head.
-    pub fn checkpoint(&mut self) {
-        self.pool.fence();
+    /// EIO, with the head left where it was, if the in-place updates could not be written
+    /// back.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.sync_point("a checkpoint")?;
         let head = self.log.checkpoint();
         self.sb.log_head = head.head;
         self.sb.log_head_seq = head.seq;
         self.sb.store(&self.pool);
+        self.check_synced("a checkpoint's superblock write")?;
         self.checkpoints += 1;
         self.reclaim();
+        Ok(())
     }
 
     fn reclaim(&mut self) -> usize {
@@ -274,21 +328,27 @@ impl Server {
 
     /// Free space held by retired items: checkpoint so that logged structures may be reused,
     /// then reclaim what no reader holds. Returns whether anything came free.
+    /// (`server/data.rs` uses this form: a failed checkpoint then reads as no room, and the
+    /// next request reports EIO.)
     fn make_room(&mut self) -> bool {
+        self.try_make_room().unwrap_or(false)
+    }
+
+    fn try_make_room(&mut self) -> Result<bool> {
         let before = self.alloc.pending();
         if before == 0 {
-            return false;
+            return Ok(false);
         }
         // The checkpoint itself reclaims what is safe.
-        self.checkpoint();
+        self.checkpoint()?;
         for _ in 0..100 {
             if self.alloc.pending() < before || self.reclaim() > 0 {
-                return true;
+                return Ok(true);
             }
             // A reader may be pinned for a moment.
             std::thread::yield_now();
         }
-        false
+        Ok(false)
     }
 
     pub(crate) fn retire(&mut self, items: &[Item]) {
@@ -311,7 +371,7 @@ impl Server {
             if let Some(i) = self.alloc.alloc_inode() {
                 return Ok(i);
             }
-            if !self.make_room() {
+            if !self.try_make_room()? {
                 return Err(Error::with_msg(libc::ENOSPC, "no free inodes"));
             }
         }
@@ -320,7 +380,7 @@ impl Server {
     /// Make sure `n` metadata pages can be allocated without making room midway.
     pub(crate) fn ensure_meta(&mut self, n: u64) -> Result<()> {
         while self.alloc.meta.free() < n {
-            if !self.make_room() {
+            if !self.try_make_room()? {
                 return Err(Error::with_msg(libc::ENOSPC, "no free metadata pages"));
             }
         }
@@ -544,9 +604,14 @@ impl Server {
     }
 
     /// Unmount: free orphans, return reservations, checkpoint, write the bitmaps, mark clean.
+    /// A pool whose write-back failed is not marked clean (EIO): the next open recovers it.
     pub fn shutdown(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
+        }
+        if let Err(e) = self.check_synced("unmount") {
+            self.closed = true;
+            return Err(e);
         }
         self.opened_by.clear();
         let orphans: Vec<u64> = self.open.drain().map(|(i, _)| i).collect();
@@ -560,15 +625,15 @@ impl Server {
         for c in clients {
             self.disconnect(c);
         }
-        self.checkpoint();
+        self.checkpoint()?;
         // No reader is left: everything retired is free.
         self.alloc.reclaim(u64::MAX, u64::MAX);
         self.alloc.store(&self.pool);
-        self.pool.fence();
+        self.sync_point("writing the bitmaps at unmount")?;
         self.sb.clean = 1;
         self.sb.store(&self.pool);
         self.closed = true;
-        Ok(())
+        self.check_synced("marking the pool clean")
     }
 
     pub(crate) fn now(&self) -> i64 {

@@ -25,6 +25,15 @@ impl PoolFile {
         PoolFile { path }
     }
 
+    /// A pool path in the system's temporary directory, usually an ordinary (disk) file
+    /// system, where a pool is kept durable with `msync` (`Media::File`).
+    pub fn on_disk(tag: &str) -> PoolFile {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("engram-it-{}-{n}-{tag}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        PoolFile { path }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
