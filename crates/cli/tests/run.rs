@@ -66,11 +66,13 @@ fn engram_run_creates_the_pool_starts_the_real_daemon_and_passes_the_status_on()
     let mount = format!("/tmp/engram-cli-run-mnt-{}", std::process::id());
     assert!(!pool.path().exists());
     // The command sees the pool under the prefix, a child process of it too, and the
-    // daemon serving it is the real `engram serve` (found in /proc by its arguments).
+    // daemon serving it is the real `engram serve` (found in /proc by its arguments 1 to 6,
+    // matched as a whole line so that the shell and grep, whose arguments hold the pattern,
+    // do not count).
     let script = format!(
         "set -e; mkdir {m}/d; echo hello > {m}/d/f; sh -c 'cat {m}/d/f'; ls {m}; \
-         for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done \
-           | grep -c -- ' serve {pool} --socket {sock} --idle-exit '; \
+         for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline 2>/dev/null | sed -n 2,7p \
+           | tr '\\n' ' '; echo; done | grep -cx 'serve {pool} --socket {sock} --idle-exit [0-9]* '; \
          exit 7",
         m = mount,
         pool = pool.s(),

@@ -43,12 +43,15 @@ pub struct WriteCheck {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// Create a regular file (or return the existing entry unless `excl`).
+    /// Create a regular file (or return the existing entry unless `excl`). With `open`,
+    /// a file this request creates is also opened for the client (for writing if true), so
+    /// that creating and opening a file is one round trip; an existing file is not opened.
     Create {
         parent: Handle,
         name: Vec<u8>,
         mode: u32,
         excl: bool,
+        open: Option<bool>,
     },
     Mkdir {
         parent: Handle,

@@ -131,12 +131,14 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             name,
             mode,
             excl,
+            open,
         } => {
             w.u8(1);
             w.handle(*parent);
             w.bytes(name);
             w.u32(*mode);
             w.u8(*excl as u8);
+            w.u8(open.map_or(0, |write| 1 + write as u8));
         }
         Request::Mkdir { parent, name, mode } => {
             w.u8(2);
@@ -267,6 +269,12 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
             name: r.bytes()?,
             mode: r.u32()?,
             excl: r.u8()? != 0,
+            open: match r.u8()? {
+                0 => None,
+                1 => Some(false),
+                2 => Some(true),
+                _ => return Err(bad()),
+            },
         },
         2 => Request::Mkdir {
             parent: r.handle()?,
@@ -484,6 +492,7 @@ mod tests {
                 name: b"x".to_vec(),
                 mode: 0o644,
                 excl: true,
+                open: Some(true),
             },
             Request::Rename {
                 from: h,

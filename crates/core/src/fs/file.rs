@@ -108,14 +108,19 @@ impl File {
             target: handle,
             write: opts.write,
         })?;
+        Ok(File::opened(fs, handle, opts))
+    }
+
+    /// A file the server already counts as open for this client (a create that opened it).
+    pub(crate) fn opened(fs: Fs, handle: Handle, opts: OpenOptions) -> File {
         let lock = fs.range_lock(handle.ino);
-        Ok(File {
+        File {
             lock,
             fs,
             handle,
             opts,
             pos: Arc::new(Mutex::new(0)),
-        })
+        }
     }
 
     pub fn ino(&self) -> u64 {

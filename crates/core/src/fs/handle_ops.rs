@@ -98,6 +98,7 @@ impl Fs {
             name: name.to_vec(),
             mode,
             excl,
+            open: None,
         })
     }
 

@@ -46,6 +46,8 @@ impl Fs {
             opts.read = true;
         }
         let mut created = false;
+        // A file that the create request also opened: dropped (closed) on any error below.
+        let mut opened: Option<File> = None;
         let (h, d) = if opts.create {
             let p = self.resolve_parent(base(dir), path)?;
             let Some(name) = p.name.clone() else {
@@ -78,9 +80,13 @@ impl Fs {
                         name: name.clone(),
                         mode: opts.mode,
                         excl: opts.excl,
+                        open: Some(opts.write),
                     };
                     let (h, c) = self.call_entry(req)?;
                     created = c;
+                    if c {
+                        opened = Some(File::opened(self.clone(), h, opts));
+                    }
                     let d = self.read_inode(h.ino);
                     // Another thread or process may have made the name a directory or a
                     // symlink since the lookup: the server then returns what is there.
@@ -127,7 +133,10 @@ impl Fs {
         if opts.truncate && d.is_reg() && d.size > 0 {
             self.truncate_handle(h, 0)?;
         }
-        File::new(self.clone(), h, opts)
+        match opened {
+            Some(f) => Ok(f),
+            None => File::new(self.clone(), h, opts),
+        }
     }
 
     /// O_CREAT through a symlink: follow the chain of links (ELOOP after 40) to a final
@@ -162,6 +171,7 @@ impl Fs {
                         name: name.clone(),
                         mode: opts.mode,
                         excl: false,
+                        open: None,
                     };
                     let (h, created) = self.call_entry(req)?;
                     let d = self.read_inode(h.ino);

@@ -155,6 +155,7 @@ impl Server {
                 name,
                 mode,
                 excl,
+                open,
             } => {
                 let r = self.create(creds, parent, &name, mode, excl);
                 if let Ok(Response::Entry {
@@ -162,11 +163,17 @@ impl Server {
                     created: true,
                 }) = &r
                 {
-                    let v = self.created.entry(client).or_default();
-                    if v.len() >= CREATED_TOKENS {
-                        v.remove(0);
+                    match open {
+                        // The creator may write whatever mode it gave the file (open(2)).
+                        Some(write) => self.count_open(client, handle.ino, write),
+                        None => {
+                            let v = self.created.entry(client).or_default();
+                            if v.len() >= CREATED_TOKENS {
+                                v.remove(0);
+                            }
+                            v.push(handle.ino);
+                        }
                     }
-                    v.push(handle.ino);
                 }
                 r
             }
@@ -520,16 +527,21 @@ impl Server {
                 crate::perm::check(creds, &d, crate::perm::W)?;
             }
         }
-        *self.open.entry(h.ino).or_default() += 1;
+        self.count_open(client, h.ino, write);
+        Ok(Response::Done)
+    }
+
+    /// One more open handle of `ino` held by `client`.
+    fn count_open(&mut self, client: ClientId, ino: u64, write: bool) {
+        *self.open.entry(ino).or_default() += 1;
         let o = self
             .opened_by
             .entry(client)
             .or_default()
-            .entry(h.ino)
+            .entry(ino)
             .or_default();
         o.all += 1;
         o.write += write as u32;
-        Ok(Response::Done)
     }
 
     /// Refuse (EBADF) a change of file contents from a client that does not hold the file

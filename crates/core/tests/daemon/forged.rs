@@ -33,6 +33,7 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
             name: b"x".to_vec(),
             mode: 0o644,
             excl: false,
+            open: None,
         },
         Request::Create {
             parent: Handle {
@@ -42,6 +43,7 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
             name: b"x".to_vec(),
             mode: 0o644,
             excl: false,
+            open: None,
         },
         Request::Create {
             parent: Handle {
@@ -51,12 +53,14 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
             name: b"x".to_vec(),
             mode: 0o644,
             excl: false,
+            open: None,
         },
         Request::Create {
             parent: good,
             name: b"x".to_vec(),
             mode: 0o644,
             excl: false,
+            open: None,
         },
         Request::Mkdir {
             parent: Handle {
