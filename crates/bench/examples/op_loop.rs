@@ -3,7 +3,8 @@
 //! repeatable on a noisy machine where timings are not.
 //!
 //! `cargo run --release -p engram-bench --example op_loop -- OP [COUNT]`, OP one of
-//! create, unlink, rename, stat, overwrite, append, read.
+//! create, unlink, rename, stat, overwrite, append, append1m, read. With `ENGRAM_SOCKET` set, the
+//! operations go through that `engram serve` daemon (whose pool must have room) instead.
 
 use engram_core::{Fs, OpenOptions, Options};
 
@@ -12,8 +13,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let op = args.next().unwrap_or_else(|| "create".into());
     let count: u64 = args.next().map_or(Ok(20_000), |c| c.parse())?;
     let pool = format!("/dev/shm/engram-op-loop-{}.pool", std::process::id());
-    Fs::mkfs(&pool, 512 << 20)?;
-    let fs = Fs::open(&pool, &Options::default())?;
+    let socket = std::env::var_os("ENGRAM_SOCKET");
+    let fs = match &socket {
+        Some(s) => Fs::connect(std::path::Path::new(s))?,
+        None => {
+            Fs::mkfs(&pool, 512 << 20)?;
+            Fs::open(&pool, &Options::default())?
+        }
+    };
+    let started = std::time::Instant::now();
     fs.mkdir("/d", 0o755)?;
     let name = |i: u64| format!("/d/f{i}");
     let create = OpenOptions::new().write(true).create_new(true);
@@ -75,9 +83,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 f.write_next(&page)?;
             }
         }
+        "append1m" => {
+            let big = vec![9u8; 1 << 20];
+            let f = fs.open_file(
+                "/d/log",
+                &OpenOptions::new().write(true).create(true).append(true),
+            )?;
+            for i in 0..count {
+                // Start a new file every 256 MiB so that the pool never fills.
+                if i % 256 == 255 {
+                    f.set_len(0)?;
+                }
+                f.write_next(&big)?;
+            }
+        }
         other => return Err(format!("unknown operation {other}").into()),
     }
+    eprintln!(
+        "{op}: {count} in {:.3} s ({:.2} µs per operation, setup included)",
+        started.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64() * 1e6 / count.max(1) as f64
+    );
     fs.unmount()?;
-    std::fs::remove_file(&pool)?;
+    if socket.is_none() {
+        std::fs::remove_file(&pool)?;
+    }
     Ok(())
 }

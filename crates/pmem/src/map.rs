@@ -178,3 +178,16 @@ pub(crate) fn protect(ptr: *mut u8, len: usize, prot: libc::c_int) -> io::Result
     }
     Ok(())
 }
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14): fault a range in writable, as stores would, in one call.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Map the pages of a range writable now rather than one page fault at a time on first store.
+/// Best effort: an older kernel refuses with EINVAL, and the stores then fault as before.
+pub(crate) fn populate_write(ptr: *mut u8, len: usize) {
+    // SAFETY: the caller passes a page-aligned range inside a writable shared mapping it
+    // owns; populating changes no contents (it faults pages in, as a store would).
+    unsafe {
+        libc::madvise(ptr.cast(), len, MADV_POPULATE_WRITE);
+    }
+}

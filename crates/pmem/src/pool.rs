@@ -262,6 +262,24 @@ impl Pool {
         self.protect(off, len, libc::PROT_READ | libc::PROT_WRITE)
     }
 
+    /// Fault a page-aligned range in writable ahead of stores to it (data pages a writer was
+    /// just given): one system call instead of a page fault per page on first touch. Only
+    /// where stores reach the media directly (DAX, tmpfs): on page-cache media it would mark
+    /// the pages dirty and make msync write them back for nothing.
+    pub fn prefault(&self, off: u64, len: u64) {
+        let inside = off
+            .checked_add(len)
+            .is_some_and(|e| e <= self.len.next_multiple_of(PAGE));
+        if matches!(self.media(), Media::Dax | Media::Tmpfs)
+            && off.is_multiple_of(PAGE)
+            && len.is_multiple_of(PAGE)
+            && len > 0
+            && inside
+        {
+            map::populate_write(self.at(off), len as usize);
+        }
+    }
+
     // ---- bounds checks and addresses ----
 
     #[track_caller]

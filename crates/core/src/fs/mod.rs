@@ -278,6 +278,7 @@ impl Fs {
                 pages: want.max(RESERVE_BATCH),
             }) {
                 Ok(Response::Pages(mut p)) => {
+                    self.prefault_pages(&p);
                     // Stored reversed so that pop() hands out ascending runs.
                     p.reverse();
                     p.append(&mut r);
@@ -291,6 +292,21 @@ impl Fs {
         let mut out = r.split_off(at);
         out.reverse();
         Ok(out)
+    }
+
+    /// Fault freshly reserved pages in ahead of the writes that will fill them, one run of
+    /// consecutive pages at a time (a first store to each would otherwise fault).
+    fn prefault_pages(&self, pages: &[u64]) {
+        let page = crate::layout::PAGE;
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && pages[j] == pages[j - 1] + page {
+                j += 1;
+            }
+            self.core.pool.prefault(pages[i], (j - i) as u64 * page);
+            i = j;
+        }
     }
 
     /// Return pages that were taken but not committed.
