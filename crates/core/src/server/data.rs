@@ -119,7 +119,7 @@ impl Server {
         if let Some(c) = check {
             self.check_write(&d, pages, end, c)?;
         }
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(8);
         let (plan, nodes) = self.plan_index(&d, pages)?;
         self.push_plan(h.ino, &d, &plan, &mut out);
         let new_blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;

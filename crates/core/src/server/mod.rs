@@ -300,15 +300,25 @@ impl Server {
         self.check_synced("persisting new structures")?;
         self.log.append(&self.pool, entries)?;
         self.check_synced("a log append")?;
-        let mut touched: Vec<u64> = inos.iter().copied().filter(|&i| i != 0).collect();
+        // The inodes touched, sorted so that concurrent readers always see the counters
+        // taken in one order. An operation names a handful: no allocation then.
+        let mut small = [0u64; 8];
+        let mut large = Vec::new();
+        let touched: &mut [u64] = if inos.len() <= small.len() {
+            small[..inos.len()].copy_from_slice(inos);
+            &mut small[..inos.len()]
+        } else {
+            large.extend_from_slice(inos);
+            &mut large
+        };
         touched.sort_unstable();
-        touched.dedup();
-        for &i in &touched {
-            self.shared.seqs.write_begin(i);
+        let distinct = |k: usize| touched[k] != 0 && (k == 0 || touched[k] != touched[k - 1]);
+        for k in (0..touched.len()).filter(|&k| distinct(k)) {
+            self.shared.seqs.write_begin(touched[k]);
         }
         oplog::apply_all(&self.pool, entries);
-        for &i in &touched {
-            self.shared.seqs.write_end(i);
+        for k in (0..touched.len()).filter(|&k| distinct(k)) {
+            self.shared.seqs.write_end(touched[k]);
         }
         Ok(())
     }

@@ -201,7 +201,7 @@ impl Server {
             if let Some(t) = target {
                 self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?;
             }
-            let mut out = Vec::new();
+            let mut out = Vec::with_capacity(8);
             self.stage(
                 &[(parent.ino, name, h.ino, ftype_of(mode))],
                 places,
@@ -336,7 +336,7 @@ impl Server {
         }
         let places = self.find_places(&[(parent.ino, name)])?;
         let now = self.now();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(16);
         let mut fresh = Vec::new();
         if let Err(e) = self.stage(
             &[(parent.ino, name, target.ino, ftype_of(t.mode))],
@@ -532,7 +532,7 @@ impl Server {
         let dd = self.lookup(&dp, tname)?;
 
         let now = self.now();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(16);
         let mut fresh = Vec::new();
         let mut staged = vec![(to.ino, tname, sd.ino, ftype_of(s.mode))];
         if let (true, Some(dd), Some(d)) = (exchange, &dd, &d) {
