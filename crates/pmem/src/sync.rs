@@ -2,7 +2,7 @@
 //! fence and `msync` them at the fence.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::map::PAGE;
@@ -19,6 +19,9 @@ pub(crate) struct DirtyPages {
     syncing: Mutex<()>,
     /// First `msync` error not yet taken by the caller.
     error: Mutex<Option<io::Error>>,
+    /// Whether `error` holds one: every durability point asks, and almost always the
+    /// answer is no, which one load gives without taking the lock.
+    has_error: AtomicBool,
     /// Test hook: when non-zero, every sync of a non-empty set of ranges fails with this errno.
     fault: AtomicI32,
 }
@@ -94,6 +97,7 @@ impl DirtyPages {
                     Some(errno) => io::Error::from_raw_os_error(errno),
                     None => io::Error::new(e.kind(), e.to_string()),
                 });
+                self.has_error.store(true, Ordering::Release);
             }
         }
         result
@@ -104,7 +108,12 @@ impl DirtyPages {
     }
 
     pub(crate) fn take_error(&self) -> Option<io::Error> {
-        lock(&self.error).take()
+        if !self.has_error.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut err = lock(&self.error);
+        self.has_error.store(false, Ordering::Release);
+        err.take()
     }
 
     #[cfg(test)]
