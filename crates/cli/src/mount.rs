@@ -7,6 +7,7 @@ use engram_core::Fs;
 use engram_fuse::{MountOptions, check_mount_point, mount_with};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -132,6 +133,12 @@ fn background(a: &Args, opts: &MountOptions) -> Result<()> {
 }
 
 pub fn umount(a: &UmountArgs) -> Result<()> {
+    // The pool the mount process holds, if it holds one: after the unmount that process
+    // still closes the pool (and marks it clean); wait for that, so that the pool can be
+    // used as soon as this command returns.
+    let pool = std::fs::canonicalize(&a.dir)
+        .ok()
+        .and_then(|dir| mounted_pool(&dir));
     // SAFETY: reading our own effective uid.
     let root = unsafe { libc::geteuid() } == 0;
     let status = if root {
@@ -143,11 +150,86 @@ pub fn umount(a: &UmountArgs) -> Result<()> {
             .status()
     };
     match status {
-        Ok(s) if s.success() => Ok(()),
+        Ok(s) if s.success() => {
+            if let Some(pool) = pool {
+                wait_for_release(&pool);
+            }
+            Ok(())
+        }
         Ok(_) => Err(CliError::new(format!(
             "could not unmount {}",
             a.dir.display()
         ))),
         Err(e) => Err(CliError::new(format!("could not run umount: {e}"))),
+    }
+}
+
+/// The pool of the EngramFS mount at `dir`, from the source field of /proc/self/mountinfo
+/// (`engram:POOL` for a mount whose process holds the pool itself).
+fn mounted_pool(dir: &std::path::Path) -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let sep = fields.iter().position(|&f| f == "-")?;
+        let (mount_point, source) = (fields.get(4)?, fields.get(sep + 2)?);
+        if unescape(mount_point) != dir.as_os_str().as_encoded_bytes() {
+            return None;
+        }
+        let pool = unescape(source).strip_prefix(b"engram:")?.to_vec();
+        Some(PathBuf::from(std::ffi::OsString::from_vec(pool)))
+    })
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space, and so on).
+fn unescape(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) if b[i] == b'\\' => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Wait (at most 30 s) until no process holds `pool` open for use, that is until the
+/// unmounted FUSE process has closed it.
+fn wait_for_release(pool: &std::path::Path) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < until {
+        match engram_pmem::Pool::open(pool) {
+            Ok(p) if p.try_lock_exclusive().is_ok() => return,
+            Ok(_) => {}
+            // Gone or unreadable: nothing to wait for.
+            Err(_) => return,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    eprintln!(
+        "engram: unmounted, but the mount process still holds {} after 30 s",
+        pool.display()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape("/tmp/a\\040b"), b"/tmp/a b");
+        assert_eq!(unescape("engram:/p\\134q\\011"), b"engram:/p\\q\t");
+        assert_eq!(unescape("plain\\0x"), b"plain\\0x");
     }
 }

@@ -116,7 +116,14 @@ fn mount_use_umount_leaves_a_clean_pool() {
     let r = fails(["mount", pool.s(), again.path().to_str().unwrap()]);
     assert!(r.stderr.contains("in use"), "{}", r.stderr);
     ok(["umount", dir.path().to_str().unwrap()]);
-    // The mount process closes the pool as it exits.
+    // engram umount returns once the mount process has closed the pool: it is clean and
+    // free at once, before that process has even exited.
+    let r = ok(["info", pool.s()]);
+    assert!(
+        r.stdout.contains("cleanly unmounted") && !r.stdout.contains("not cleanly"),
+        "{}",
+        r.stdout
+    );
     wait_exit(pid);
     let r = ok(["info", pool.s()]);
     assert!(

@@ -94,10 +94,19 @@ pub fn check_mount_point(dir: &Path) -> Result<PathBuf, MountError> {
     }
 }
 
-fn config(opts: &MountOptions) -> Config {
+/// The mount's source as /proc/self/mountinfo shows it: `engram:POOL` when this process
+/// holds the pool (so that `engram umount` can wait until it lets go), else `engram`.
+pub fn source_name(fs: &Fs) -> String {
+    match fs.pool().path() {
+        Some(p) if fs.remote().is_none() => format!("engram:{}", p.display()),
+        _ => "engram".into(),
+    }
+}
+
+fn config(fs: &Fs, opts: &MountOptions) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
-        MountOption::FSName("engram".into()),
+        MountOption::FSName(source_name(fs)),
         MountOption::Subtype("engram".into()),
         MountOption::DefaultPermissions,
         if opts.read_only {
@@ -122,7 +131,7 @@ fn session(
     io: Arc<IoCounters>,
 ) -> Result<Session<EngramFuse>, MountError> {
     let fuse = EngramFuse::new(fs, opts.read_only, io);
-    let s = Session::new(fuse, dir, &config(opts)).map_err(|source| MountError::Mount {
+    let s = Session::new(fuse, dir, &config(fs, opts)).map_err(|source| MountError::Mount {
         dir: dir.to_path_buf(),
         source,
     })?;
