@@ -20,12 +20,12 @@ fn main() {
             let idle = flag("--idle-exit")
                 .and_then(|v| v.to_str().and_then(|s| s.parse::<u64>().ok()))
                 .map(std::time::Duration::from_secs);
-            let stop = std::sync::atomic::AtomicBool::new(false);
+            let stop = engram_core::daemon::Stop::new();
             let opts = engram_core::daemon::ServeOptions {
                 socket: PathBuf::from(socket),
                 idle_exit: idle,
             };
-            engram_core::daemon::serve(&PathBuf::from(a(1)), &opts, &stop, &|l| {
+            engram_core::daemon::serve_until(&PathBuf::from(a(1)), &opts, &stop, &|l| {
                 eprintln!("daemon: {l}")
             })
             .expect("serve");

@@ -3,12 +3,12 @@
 //! `Fs::connect`, exactly as another process would reach it.
 
 use super::{Kind, Open, Target, TargetFile};
-use engram_core::daemon::{ServeOptions, serve};
+use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use engram_core::{File, Fs, OpenOptions, Options};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ pub fn mkfs_sparse(path: &Path, size: u64) -> io::Result<()> {
 }
 
 struct Daemon {
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     thread: Option<JoinHandle<engram_core::Result<()>>>,
     socket: PathBuf,
 }
@@ -49,7 +49,7 @@ impl Daemon {
             std::process::id(),
             POOLS.fetch_add(1, Ordering::Relaxed)
         ));
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::new());
         let (p, s, st) = (pool.to_path_buf(), socket.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("engram-daemon".into())
@@ -58,7 +58,7 @@ impl Daemon {
                     socket: s,
                     idle_exit: None,
                 };
-                serve(&p, &opts, &st, &|_line| {})
+                serve_until(&p, &opts, &st, &|_line| {})
             })?;
         let mut d = Daemon {
             stop,
@@ -85,7 +85,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

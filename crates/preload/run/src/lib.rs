@@ -129,12 +129,13 @@ fn fork_serve(pool: &Path, socket: &Path) -> Option<Fs> {
                 libc::dup2(null, fd);
             }
         }
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        // Never stopped but by the idle exit: `serve_until` sleeps without a timer.
+        let stop = engram_core::daemon::Stop::new();
         let opts = engram_core::daemon::ServeOptions {
             socket: socket.to_path_buf(),
             idle_exit: Some(IDLE_EXIT),
         };
-        let r = engram_core::daemon::serve(pool, &opts, &stop, &|_| {});
+        let r = engram_core::daemon::serve_until(pool, &opts, &stop, &|_| {});
         // SAFETY: leaving the grandchild without running the caller's exit handlers.
         unsafe { libc::_exit(r.is_err() as i32) };
     }
