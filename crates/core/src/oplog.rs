@@ -328,15 +328,15 @@ struct Found {
 /// targets anything outside the inode table and the metadata pages. Everything is checked
 /// before anything is applied: a refused log leaves the pool untouched.
 pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
-    let (found, end) = scan(pool, geo, head)?;
-    let mut records = 0;
-    for f in found.iter().filter(|f| f.kind == KIND_OPS) {
-        let entries = record_entries(pool, geo, f)?;
-        apply_all(pool, &entries);
-        records += 1;
+    let (records, end) = scan(pool, geo, head)?;
+    for entries in &records {
+        apply_all(pool, entries);
     }
     pool.fence();
-    Ok(Replayed { records, end })
+    Ok(Replayed {
+        records: records.len() as u64,
+        end,
+    })
 }
 
 /// The decoded, checked entries of an operations record.
@@ -356,15 +356,17 @@ fn record_entries(pool: &Pool, geo: &Geometry, f: &Found) -> Result<Vec<Entry>> 
     Ok(entries)
 }
 
-/// Every valid record from `head` in order, and where the log ends; refuses a log whose
-/// chain breaks before a later record (see [`replay`]). Changes nothing.
-fn scan(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<(Vec<Found>, LogHead)> {
-    let mut found = Vec::new();
+/// The decoded entries of every operations record from `head` in order, and where the log
+/// ends; refuses a log whose chain breaks before a later record (see [`replay`]). Changes
+/// nothing.
+fn scan(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<(Vec<Vec<Entry>>, LogHead)> {
+    let mut records = Vec::new();
+    let mut count = 0u64;
     let mut pos = head.head;
     let mut seq = head.seq;
     let mut laps = 0u64;
     while let Some(f) = record_at(pool, geo, pos).filter(|f| f.seq == seq) {
-        found.push(f);
+        count += 1;
         seq += 1;
         if f.kind == KIND_WRAP {
             pos = 0;
@@ -374,12 +376,12 @@ fn scan(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<(Vec<Found>, LogHe
             }
             continue;
         }
-        record_entries(pool, geo, &f)?;
+        records.push(record_entries(pool, geo, &f)?);
         pos += f.len;
         if pos >= geo.log_len {
             pos = 0;
         }
-        if found.len() as u64 > geo.log_len / 64 {
+        if count > geo.log_len / 64 {
             return Err(Error::corrupt(
                 "operation log has more records than it can hold",
             ));
@@ -393,7 +395,7 @@ fn scan(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<(Vec<Found>, LogHe
             later.seq, later.pos
         )));
     }
-    Ok((found, LogHead { head: pos, seq }))
+    Ok((records, LogHead { head: pos, seq }))
 }
 
 /// A valid record anywhere in the log with a sequence number after `seq` (and not absurdly

@@ -8,12 +8,13 @@ use super::shm::{self, ClientArea, Common, REPLY, REQUEST, SLOTS_PER_CLIENT};
 use super::watch;
 use crate::epoch::Epochs;
 use crate::error::{Error, Result};
+use crate::fasthash::FastSet;
 use crate::perm::Creds;
 use crate::recovery;
 use crate::server::{self, ClientId, Server};
 use crate::wire::{self, Writer};
 use engram_pmem::Pool;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -280,7 +281,7 @@ fn run_loop(
     // Idle means: no client connected, and none that sent a request for `idle_exit` (a
     // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
-    let mut active: HashSet<ClientId> = HashSet::new();
+    let mut active: FastSet<ClientId> = FastSet::default();
     let mut buf = Writer::default();
     loop {
         // Read the wake words before looking at what they announce: a change after this
@@ -399,7 +400,7 @@ fn serve_slots(
     area: &ClientArea,
     clients: &[Client],
     buf: &mut Writer,
-    active: &mut HashSet<ClientId>,
+    active: &mut FastSet<ClientId>,
     log: &(dyn Fn(&str) + Sync),
 ) -> bool {
     let mut any = false;

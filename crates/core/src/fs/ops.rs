@@ -64,11 +64,7 @@ impl Fs {
                 Some(_) if opts.excl => return Err(Error::EEXIST),
                 Some((_, d)) if d.is_symlink() => {
                     if opts.nofollow {
-                        return Err(if opts.directory {
-                            Error::ENOTDIR
-                        } else {
-                            Error::ELOOP
-                        });
+                        return Err(symlink_not_followed(&opts));
                     }
                     self.open_symlink_target(p.dir, &name, &opts)?
                 }
@@ -95,11 +91,7 @@ impl Fs {
                     }
                     if !c && d.is_symlink() {
                         if opts.nofollow {
-                            return Err(if opts.directory {
-                                Error::ENOTDIR
-                            } else {
-                                Error::ELOOP
-                            });
+                            return Err(symlink_not_followed(&opts));
                         }
                         self.open_symlink_target(p.dir, &name, &opts)?
                     } else {
@@ -110,11 +102,7 @@ impl Fs {
         } else {
             let (h, d) = self.resolve(base(dir), path, !opts.nofollow)?;
             if d.is_symlink() {
-                return Err(if opts.directory {
-                    Error::ENOTDIR
-                } else {
-                    Error::ELOOP
-                });
+                return Err(symlink_not_followed(&opts));
             }
             (h, d)
         };
@@ -541,5 +529,15 @@ impl Fs {
             done += f.write_at(&data[done..], done as u64)?;
         }
         Ok(())
+    }
+}
+
+/// The error of an open that names a symlink it may not follow (O_NOFOLLOW): ELOOP, or
+/// ENOTDIR when O_DIRECTORY asked for a directory.
+fn symlink_not_followed(opts: &OpenOptions) -> Error {
+    if opts.directory {
+        Error::ENOTDIR
+    } else {
+        Error::ELOOP
     }
 }

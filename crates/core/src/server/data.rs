@@ -3,7 +3,6 @@
 use super::{ClientId, Server};
 use crate::alloc::Item;
 use crate::error::{Error, Result};
-use crate::fasthash::FastSet;
 use crate::index::{self, MAX_FILE_SIZE};
 use crate::inode::{InodeData, field};
 use crate::layout::{Geometry, PAGE};
@@ -97,10 +96,12 @@ impl Server {
             return Err(Error::EFBIG);
         }
         let owned = self.reservations.get(&client);
-        let mut seen = FastSet::default();
+        // Page numbers strictly ascending (as the client writes them): no page twice, and
+        // the checks below can search the list instead of building a set per write.
+        let mut prev = None;
         for &(pg, page) in pages {
             if pg >= MAX_FILE_SIZE / PAGE
-                || !seen.insert(pg)
+                || prev.is_some_and(|p| pg <= p)
                 || !owned.is_some_and(|s| s.contains(&page))
             {
                 return Err(Error::with_msg(
@@ -114,8 +115,9 @@ impl Server {
                     "write commit names a page beyond its end",
                 ));
             }
+            prev = Some(pg);
         }
-        self.check_end(&d, &seen, end, check)?;
+        self.check_end(&d, pages, end, check)?;
         if let Some(c) = check {
             self.check_write(&d, pages, end, c)?;
         }
@@ -152,7 +154,7 @@ impl Server {
     fn check_end(
         &self,
         d: &InodeData,
-        supplied: &FastSet<u64>,
+        supplied: &[(u64, u64)],
         end: u64,
         check: Option<&WriteCheck>,
     ) -> Result<()> {
@@ -167,16 +169,18 @@ impl Server {
                 if c.start >= end {
                     return bad("its range is empty");
                 }
+                // Ascending and distinct: as many pages as the range has, none before it
+                // (none after it was checked above), is exactly the range.
                 let (first, last) = (c.start / PAGE, end.div_ceil(PAGE));
                 if supplied.len() as u64 != last - first
-                    || supplied.iter().any(|&pg| pg < first || pg >= last)
+                    || supplied.first().is_some_and(|&(pg, _)| pg < first)
                 {
                     return bad("its pages do not cover the range it wrote");
                 }
             }
             None if end > d.size => {
                 let tail = (end - 1) / PAGE;
-                if !supplied.contains(&tail)
+                if supplied.binary_search_by_key(&tail, |&(pg, _)| pg).is_err()
                     && index::lookup(&self.pool, &self.geo, d.root, d.height, tail)? == 0
                 {
                     return bad("it grows the file beyond the pages it wrote");
@@ -219,7 +223,6 @@ impl Server {
             ));
         }
         if c.start > d.size {
-            let replaced: FastSet<u64> = pages.iter().map(|p| p.0).collect();
             let pool = self.pool.clone();
             index::for_each_page(
                 &pool,
@@ -229,7 +232,7 @@ impl Server {
                 d.size / PAGE,
                 c.start.div_ceil(PAGE),
                 &mut |pg, page| {
-                    if !replaced.contains(&pg) {
+                    if pages.binary_search_by_key(&pg, |&(p, _)| p).is_err() {
                         let from = (pg * PAGE).max(d.size);
                         let to = ((pg + 1) * PAGE).min(c.start);
                         pool.zero_nt(page + from - pg * PAGE, to - from);
