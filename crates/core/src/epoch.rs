@@ -119,25 +119,45 @@ impl Epochs {
     }
 
     /// Pin the current epoch for the duration of a read.
+    ///
+    /// The fast path is one compare-and-swap on the slot this thread used last time. The
+    /// epoch may be read before the swap: a stale (smaller) value only holds reclamation back
+    /// longer, and a reader that read the new value synchronises with the `retire_tag` that
+    /// made it, so it sees the unlinking that preceded the retirement.
+    #[inline]
     pub fn pin(&self) -> Guard<'_> {
         let mine = &self.groups[self.mine];
+        let e = self.global[0].load(Ordering::Acquire);
+        if let Some(slot) = mine.get(SLOT_HINT.get())
+            && slot
+                .compare_exchange(0, e, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+        {
+            fence_after_rmw();
+            return Guard { slot };
+        }
+        self.pin_slow(mine)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pin_slow<'a>(&'a self, mine: &'a Atomics) -> Guard<'a> {
         let n = mine.len();
-        let mut i = SLOT_HINT.with(|h| h.get());
+        let mut i = SLOT_HINT.get();
         if i >= n {
             i = (thread_id_hash() as usize) % n;
         }
         loop {
             for k in 0..n {
                 let idx = (i + k) % n;
-                let e = self.global[0].load(Ordering::SeqCst);
+                let e = self.global[0].load(Ordering::Acquire);
                 let slot = &mine[idx];
                 if slot
                     .compare_exchange(0, e, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
                 {
-                    // Publish the pin before reading any pool pointer.
-                    fence(Ordering::SeqCst);
-                    SLOT_HINT.with(|h| h.set(idx));
+                    fence_after_rmw();
+                    SLOT_HINT.set(idx);
                     return Guard { slot };
                 }
             }
@@ -165,6 +185,20 @@ impl Epochs {
         }
         min
     }
+}
+
+/// Publish a pin (a successful SeqCst compare-and-swap on the slot) before any pool pointer
+/// is read: the store must not be reordered after the loads that follow (store-load order,
+/// which only a full fence gives). On x86-64 a locked read-modify-write already is a full
+/// fence (Intel SDM vol. 3A 9.2.2: loads and stores are not reordered with locked
+/// instructions), so only the compiler needs holding back; `mfence` on top of the `lock
+/// cmpxchg` would stall the pipeline a second time on every read.
+#[inline(always)]
+fn fence_after_rmw() {
+    #[cfg(target_arch = "x86_64")]
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    #[cfg(not(target_arch = "x86_64"))]
+    fence(Ordering::SeqCst);
 }
 
 fn thread_id_hash() -> u64 {

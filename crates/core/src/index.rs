@@ -37,9 +37,7 @@ fn node(geo: &Geometry, p: u64) -> Result<u64> {
     if geo.is_meta_page(p) {
         Ok(p)
     } else {
-        Err(Error::corrupt(format!(
-            "file index node {p:#x} is outside the metadata area"
-        )))
+        Err(bad_node(p))
     }
 }
 
@@ -47,26 +45,70 @@ fn data(geo: &Geometry, p: u64) -> Result<u64> {
     if p == 0 || geo.is_data_page(p) {
         Ok(p)
     } else {
-        Err(Error::corrupt(format!(
-            "file index points to {p:#x}, outside the data area"
-        )))
+        Err(bad_data(p))
     }
 }
 
+#[cold]
+fn bad_node(p: u64) -> Error {
+    Error::corrupt(format!(
+        "file index node {p:#x} is outside the metadata area"
+    ))
+}
+
+#[cold]
+fn bad_data(p: u64) -> Error {
+    Error::corrupt(format!(
+        "file index points to {p:#x}, outside the data area"
+    ))
+}
+
+/// log2 of `FANOUT`: level `h` of the walk takes bits `[9(h-1), 9h)` of the page number.
+const FANOUT_BITS: u32 = FANOUT.trailing_zeros();
+
 /// The data page holding file page `pgno`, or 0 for a hole.
+#[inline]
 pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, height: u32, pgno: u64) -> Result<u64> {
-    if root == 0 || pgno >= capacity(height) || height > MAX_HEIGHT {
+    lookup_raw(pool, geo, root, height, pgno).map_err(bad_pointer)
+}
+
+/// `lookup` without building the error: only the pointer that left its area (a
+/// value returned in registers; `bad_pointer` makes the error). Shifts instead of powers,
+/// one checked load per level. Every pointer followed is checked to lie in its area, so a
+/// walk racing the server (which the caller's sequence check then discards) never leaves
+/// the pool.
+#[inline]
+fn lookup_raw(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    height: u32,
+    pgno: u64,
+) -> std::result::Result<u64, u64> {
+    // `height` first: a torn or corrupt height must not overflow the shift.
+    if root == 0 || height > MAX_HEIGHT || pgno >> (FANOUT_BITS * height) != 0 {
         return Ok(0);
     }
     let mut p = root;
-    for h in (1..=height).rev() {
-        let idx = (pgno / span(h)) % FANOUT;
-        p = pool.load_u64(node(geo, p)? + idx * 8);
+    for h in (0..height).rev() {
+        if !geo.is_meta_page(p) {
+            return Err(p);
+        }
+        p = pool.load_u64(p + ((pgno >> (FANOUT_BITS * h)) & (FANOUT - 1)) * 8);
         if p == 0 {
             return Ok(0);
         }
     }
-    data(geo, p)
+    if geo.is_data_page(p) { Ok(p) } else { Err(p) }
+}
+
+/// The error of a walk that met pointer `p` outside its area (the metadata area for a
+/// node, the data area for a page).
+#[cold]
+fn bad_pointer(p: u64) -> Error {
+    Error::corrupt(format!(
+        "file index points to {p:#x}, outside the metadata or data area"
+    ))
 }
 
 /// Visit the allocated pages with page numbers in `[start, end)`, in order.

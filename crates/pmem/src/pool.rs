@@ -337,6 +337,7 @@ impl Pool {
     }
 
     #[track_caller]
+    #[inline]
     pub fn load_u64(&self, off: u64) -> u64 {
         self.check_aligned(off, 8, "load_u64");
         // SAFETY: in bounds and 8-aligned (the mapping is page aligned).
@@ -345,11 +346,24 @@ impl Pool {
 
     /// Copy bytes out (may race with writers: validate with a seqlock).
     #[track_caller]
+    #[inline]
     pub fn read(&self, off: u64, buf: &mut [u8]) {
         self.check(off, buf.len() as u64, "read");
         // SAFETY: source in bounds of the mapping, destination is `buf`;
         // `ptr::copy` tolerates overlap.
         unsafe { ptr::copy(self.at(off), buf.as_mut_ptr(), buf.len()) };
+    }
+
+    /// Copy `N` bytes out into an array (a fixed-size read the compiler turns into a few
+    /// register moves; may race with writers: validate with a seqlock).
+    #[track_caller]
+    #[inline]
+    pub fn read_array<const N: usize>(&self, off: u64) -> [u8; N] {
+        self.check(off, N as u64, "read");
+        let mut b = [0u8; N];
+        // SAFETY: source in bounds of the mapping, destination a local array.
+        unsafe { ptr::copy_nonoverlapping(self.at(off), b.as_mut_ptr(), N) };
+        b
     }
 
     /// Direct view into the mapping.
