@@ -237,26 +237,18 @@ impl SeqTable {
 
     /// Wait for a stable (even) value and return it.
     pub fn read_begin(&self, ino: u64) -> u64 {
-        let s = &self.seqs[ino as usize];
-        let mut spins = 0u32;
-        loop {
-            let v = s.load(Ordering::Acquire);
-            if v & 1 == 0 {
-                return v;
-            }
-            spins += 1;
-            if spins > 64 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        self.counter(ino).begin()
     }
 
     /// True if what was read since `read_begin` returned `v` is consistent.
     pub fn read_ok(&self, ino: u64, v: u64) -> bool {
-        fence(Ordering::Acquire);
-        self.seqs[ino as usize].load(Ordering::Relaxed) == v
+        self.counter(ino).ok(v)
+    }
+
+    /// The counter of `ino`, looked up once for a reader that validates several times.
+    #[inline]
+    pub fn counter(&self, ino: u64) -> Seq<'_> {
+        Seq(&self.seqs[ino as usize])
     }
 
     // Only the server writes the counters, so plain stores suffice: a locked increment
@@ -270,6 +262,43 @@ impl SeqTable {
     pub fn write_end(&self, ino: u64) {
         let s = &self.seqs[ino as usize];
         s.store(s.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// One inode's sequence counter, as a reader sees it.
+#[derive(Clone, Copy)]
+pub struct Seq<'a>(&'a AtomicU64);
+
+impl Seq<'_> {
+    /// Wait for a stable (even) value and return it.
+    #[inline]
+    pub fn begin(self) -> u64 {
+        let v = self.0.load(Ordering::Acquire);
+        if v & 1 == 0 { v } else { self.wait() }
+    }
+
+    #[cold]
+    fn wait(self) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let v = self.0.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                return v;
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// True if what was read since `begin` returned `v` is consistent.
+    #[inline]
+    pub fn ok(self, v: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.0.load(Ordering::Relaxed) == v
     }
 }
 

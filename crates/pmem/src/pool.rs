@@ -282,15 +282,14 @@ impl Pool {
 
     // ---- bounds checks and addresses ----
 
+    // The panics are out of line so that a check costs a compare and a branch on the
+    // loads of every read, not also the stores of the panic's arguments.
     #[track_caller]
     #[inline]
     fn check(&self, off: u64, len: u64, what: &str) {
         let ok = off.checked_add(len).is_some_and(|end| end <= self.len);
         if !ok {
-            panic!(
-                "engram-pmem: {what} of {len} bytes at offset {off} is outside the pool of {} bytes",
-                self.len
-            );
+            out_of_bounds(what, off, len, self.len);
         }
     }
 
@@ -299,7 +298,7 @@ impl Pool {
     fn check_aligned(&self, off: u64, size: u64, what: &str) {
         self.check(off, size, what);
         if !off.is_multiple_of(size) {
-            panic!("engram-pmem: {what} at offset {off} is not {size}-byte aligned");
+            misaligned(what, off, size);
         }
     }
 
@@ -624,4 +623,20 @@ impl Pool {
             self.rec.push(Event::Mark(label));
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn out_of_bounds(what: &str, off: u64, len: u64, pool: u64) -> ! {
+    panic!(
+        "engram-pmem: {what} of {len} bytes at offset {off} is outside the pool of {pool} bytes"
+    );
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn misaligned(what: &str, off: u64, size: u64) -> ! {
+    panic!("engram-pmem: {what} at offset {off} is not {size}-byte aligned");
 }

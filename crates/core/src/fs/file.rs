@@ -172,9 +172,10 @@ impl File {
         }
         let core = &*self.fs.core;
         let ino = self.handle.ino;
+        let seq = core.shared.seqs.counter(ino);
         let _pin = core.shared.epochs.pin();
         loop {
-            let s = core.shared.seqs.read_begin(ino);
+            let s = seq.begin();
             let v = ReadView::read(core, ino);
             // Decided on the validated snapshot below, like everything else read here.
             let r = if v.is_dir() {
@@ -183,28 +184,32 @@ impl File {
                 Ok(0)
             } else {
                 let n = buf.len().min((v.size - off) as usize);
-                self.copy_out(&v, &mut buf[..n], off).map(|()| n)
+                let buf = &mut buf[..n];
+                let in_page = off % PAGE;
+                if in_page + n as u64 <= PAGE {
+                    // Within one page (every aligned read of up to 4 KiB): one walk, one copy.
+                    index::lookup(&core.pool, &core.geo, v.root, v.height, off / PAGE).map(|page| {
+                        if page == 0 {
+                            buf.fill(0);
+                        } else {
+                            core.pool.read(page + in_page, buf);
+                        }
+                        n
+                    })
+                } else {
+                    self.copy_pages(&v, buf, off).map(|()| n)
+                }
             };
-            if core.shared.seqs.read_ok(ino, s) {
+            if seq.ok(s) {
                 return r;
             }
         }
     }
 
-    #[inline]
-    fn copy_out(&self, v: &ReadView, buf: &mut [u8], off: u64) -> Result<()> {
+    /// The part of a read that spans pages.
+    #[inline(never)]
+    fn copy_pages(&self, v: &ReadView, buf: &mut [u8], off: u64) -> Result<()> {
         let core = &*self.fs.core;
-        let in_page = off % PAGE;
-        if in_page + buf.len() as u64 <= PAGE {
-            // Within one page (every aligned read of up to 4 KiB): one walk, one copy.
-            let page = index::lookup(&core.pool, &core.geo, v.root, v.height, off / PAGE)?;
-            if page == 0 {
-                buf.fill(0);
-            } else {
-                core.pool.read(page + in_page, buf);
-            }
-            return Ok(());
-        }
         let mut done = 0usize;
         while done < buf.len() {
             let pos = off + done as u64;
