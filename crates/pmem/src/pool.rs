@@ -367,6 +367,7 @@ impl Pool {
 
     /// Direct view into the mapping.
     #[track_caller]
+    #[inline]
     pub fn slice(&self, off: u64, len: u64) -> &[u8] {
         self.check(off, len, "slice");
         // SAFETY: in bounds; the mapping outlives the borrow of `self`.

@@ -335,11 +335,11 @@ impl Fs {
 
     /// Read an inode consistently (retrying while the server changes it).
     pub(crate) fn read_inode(&self, ino: u64) -> InodeData {
-        let seqs = &self.core.shared.seqs;
+        let seq = self.core.shared.seqs.counter(ino);
         loop {
-            let s = seqs.read_begin(ino);
+            let s = seq.begin();
             let d = inode::read(&self.core.pool, &self.core.geo, ino);
-            if seqs.read_ok(ino, s) {
+            if seq.ok(s) {
                 return d;
             }
         }
