@@ -190,9 +190,10 @@ impl Epochs {
 /// Publish a pin (a successful SeqCst compare-and-swap on the slot) before any pool pointer
 /// is read: the store must not be reordered after the loads that follow (store-load order,
 /// which only a full fence gives). On x86-64 a locked read-modify-write already is a full
-/// fence (Intel SDM vol. 3A 9.2.2: loads and stores are not reordered with locked
-/// instructions), so only the compiler needs holding back; `mfence` on top of the `lock
-/// cmpxchg` would stall the pipeline a second time on every read.
+/// fence (Intel SDM vol. 3A, "Memory Ordering in P6 and More Recent Processor Families":
+/// reads and writes are not reordered with locked instructions; the kernel's
+/// `smp_mb__after_atomic` is empty there for the same reason), so only the compiler needs
+/// holding back; `mfence` on top of the `lock cmpxchg` would stall a second time per read.
 #[inline(always)]
 fn fence_after_rmw() {
     #[cfg(target_arch = "x86_64")]
