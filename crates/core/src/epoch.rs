@@ -143,13 +143,20 @@ impl Epochs {
     #[inline(never)]
     fn pin_slow<'a>(&'a self, mine: &'a Atomics) -> Guard<'a> {
         let n = mine.len();
-        let mut i = SLOT_HINT.get();
-        if i >= n {
-            i = (thread_id_hash() as usize) % n;
-        }
+        let hint = SLOT_HINT.get();
+        // A thread's first pin starts at the next cache line in turn: threads that start
+        // together get lines of their own.
+        let start = if hint < n {
+            hint
+        } else {
+            static NEXT_LINE: std::sync::atomic::AtomicUsize =
+                std::sync::atomic::AtomicUsize::new(0);
+            NEXT_LINE.fetch_add(1, Ordering::Relaxed) * SlotOrder::PER_LINE
+        };
+        let order = SlotOrder::new(mine, start);
         loop {
             for k in 0..n {
-                let idx = (i + k) % n;
+                let idx = order.nth(k);
                 let e = self.global[0].load(Ordering::Acquire);
                 let slot = &mine[idx];
                 if slot
@@ -162,7 +169,6 @@ impl Epochs {
                 }
             }
             std::thread::yield_now();
-            i = 0;
         }
     }
 
@@ -187,6 +193,53 @@ impl Epochs {
     }
 }
 
+/// The order in which a thread looks for a free slot: the first slot of every cache line
+/// first, starting at a line picked by `start`, then the second of every line, and so on,
+/// so that threads pinning at once each get a line of their own (a pin and an unpin write
+/// the slot: slots of two threads in one line would bounce it between their cores).
+struct SlotOrder {
+    n: usize,
+    lines: usize,
+    first: usize,
+    /// Index of the first slot that starts a cache line.
+    skew: usize,
+}
+
+impl SlotOrder {
+    const PER_LINE: usize = 64 / std::mem::size_of::<AtomicU64>();
+
+    fn new(slots: &[AtomicU64], start: usize) -> SlotOrder {
+        let n = slots.len();
+        if n == 0 || !n.is_multiple_of(Self::PER_LINE) {
+            // Plain round robin from `start`.
+            return SlotOrder {
+                n,
+                lines: 1,
+                first: start % n.max(1),
+                skew: 0,
+            };
+        }
+        let lines = n / Self::PER_LINE;
+        let into_line = (slots.as_ptr() as usize / 8) % Self::PER_LINE;
+        SlotOrder {
+            n,
+            lines,
+            first: (start / Self::PER_LINE) % lines,
+            skew: (Self::PER_LINE - into_line) % Self::PER_LINE,
+        }
+    }
+
+    /// The `k`-th slot to try, for `k < n`: every slot once.
+    fn nth(&self, k: usize) -> usize {
+        if self.lines == 1 {
+            return (self.first + k) % self.n;
+        }
+        let line = (self.first + k) % self.lines;
+        let pos = k / self.lines;
+        (line * Self::PER_LINE + pos + self.skew) % self.n
+    }
+}
+
 /// Publish a pin (a successful SeqCst compare-and-swap on the slot) before any pool pointer
 /// is read: the store must not be reordered after the loads that follow (store-load order,
 /// which only a full fence gives). On x86-64 a locked read-modify-write already is a full
@@ -200,13 +253,6 @@ fn fence_after_rmw() {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     #[cfg(not(target_arch = "x86_64"))]
     fence(Ordering::SeqCst);
-}
-
-fn thread_id_hash() -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    std::thread::current().id().hash(&mut h);
-    h.finish()
 }
 
 /// Per-inode sequence counters: odd while the server updates the inode or what it points to.
@@ -318,6 +364,42 @@ mod tests {
         );
         drop(g);
         assert!(e.safe_epoch() > tag);
+    }
+
+    #[test]
+    fn slot_order_visits_every_slot_once_line_starts_first() {
+        for n in [1usize, 3, 8, 32, 256] {
+            let slots = Atomics::zeroed(n);
+            for start in [0usize, 5, 17, 1000] {
+                let o = SlotOrder::new(&slots, start);
+                let seen: std::collections::HashSet<usize> = (0..n).map(|k| o.nth(k)).collect();
+                assert_eq!(seen.len(), n, "n {n} start {start}");
+                assert!(seen.iter().all(|&i| i < n));
+                if n >= 32 {
+                    // The first tries are in distinct cache lines.
+                    let lines: std::collections::HashSet<usize> = (0..n / 8)
+                        .map(|k| (slots.as_ptr() as usize + o.nth(k) * 8) / 64)
+                        .collect();
+                    assert_eq!(lines.len(), n / 8);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn many_threads_pin_at_once() {
+        let e = Epochs::new(8);
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        let _g = e.pin();
+                        let _nested = e.pin();
+                    }
+                });
+            }
+        });
+        assert!(e.groups[0].iter().all(|s| s.load(Ordering::SeqCst) == 0));
     }
 
     #[test]
