@@ -5,6 +5,8 @@
 //! `cargo run --release -p engram-bench --example op_loop -- OP [COUNT]`, OP one of
 //! create, unlink, rename, stat, overwrite, append, append1m, read. With `ENGRAM_SOCKET` set, the
 //! operations go through that `engram serve` daemon (whose pool must have room) instead.
+//! The pool is made in /dev/shm, or in `ENGRAM_POOL_DIR` (a huge-page tmpfs, say, as
+//! `engram bench` uses).
 
 use engram_core::{Fs, OpenOptions, Options};
 
@@ -12,7 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let op = args.next().unwrap_or_else(|| "create".into());
     let count: u64 = args.next().map_or(Ok(20_000), |c| c.parse())?;
-    let pool = format!("/dev/shm/engram-op-loop-{}.pool", std::process::id());
+    let dir = std::env::var_os("ENGRAM_POOL_DIR").unwrap_or_else(|| "/dev/shm".into());
+    let pool =
+        std::path::Path::new(&dir).join(format!("engram-op-loop-{}.pool", std::process::id()));
     let socket = std::env::var_os("ENGRAM_SOCKET");
     let fs = match &socket {
         Some(s) => Fs::connect(std::path::Path::new(s))?,

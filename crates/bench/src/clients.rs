@@ -115,8 +115,8 @@ fn through_daemon(
 pub fn run(quick: bool) -> Result<(), String> {
     let secs = if quick { 0.5 } else { 2.0 };
     let id = std::process::id();
-    let served = format!("/dev/shm/engram-bench-clients-{id}.pool");
-    let local = format!("/dev/shm/engram-bench-local-{id}.pool");
+    let served = crate::targets::engram::pool_path("clients");
+    let local = crate::targets::engram::pool_path("local");
     let socket = format!("/tmp/engram-bench-clients-{id}.sock");
     for p in [&served, &local] {
         Fs::mkfs(p, 1 << 30).map_err(|e| e.to_string())?;

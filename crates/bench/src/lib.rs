@@ -13,9 +13,11 @@ mod goals;
 pub mod measure;
 mod micro;
 mod personalities;
+mod pools;
 mod progress;
 pub mod report;
 mod scaling;
+mod signals;
 pub mod targets;
 
 pub use clients::client_worker;
@@ -69,7 +71,7 @@ pub struct Scale {
     pub recovery_pool: u64,
     pub mkfs_sizes: Vec<u64>,
     /// Size of the EngramFS pools of the shared targets (reserved whole, as `engram mkfs`
-    /// does: the native and the daemon target each hold one in /dev/shm).
+    /// does: the native and the daemon target each hold one, see `pools`).
     pub pool_size: u64,
     pub ext4_image: u64,
     pub ext4_inodes: u64,
@@ -305,6 +307,8 @@ pub fn run(opts: &BenchOptions) -> Result<Option<Report>, String> {
     } else {
         Scale::full()
     };
+    // Held across both parts of the run: their pools share one directory (one mount).
+    let _pools = pools::PoolDir::acquire();
     let clients = opts
         .filter
         .as_ref()
@@ -334,6 +338,7 @@ pub fn run_with(
     if threads.contains(&0) {
         return Err("thread counts must be at least 1".into());
     }
+    let _pools = pools::PoolDir::acquire();
     let filter = opts.filter.as_ref().map(|f| f.to_lowercase());
     let benches: Vec<Bench> = all_benches(&scale)
         .into_iter()

@@ -22,4 +22,6 @@ pub use pool::Pool;
 pub use record::{Event, Recording};
 
 #[cfg(test)]
+mod map_tests;
+#[cfg(test)]
 mod tests;

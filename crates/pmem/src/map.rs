@@ -61,7 +61,7 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`map_len` describe a mapping this value created and
         // still owns; no reference into it outlives the owning `Pool`.
-        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+        unsafe { unmap(self.ptr, self.map_len) };
     }
 }
 
@@ -79,18 +79,26 @@ pub(crate) fn check_pool_size(size: u64) -> Result<usize, String> {
 }
 
 fn mmap(fd: libc::c_int, len: usize, flags: libc::c_int) -> io::Result<*mut u8> {
-    // SAFETY: a fresh mapping at a kernel-chosen address touches no existing
-    // memory; the result is checked against MAP_FAILED.
-    let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            0,
-        )
-    };
+    mmap_at(
+        ptr::null_mut(),
+        fd,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        flags,
+    )
+}
+
+fn mmap_at(
+    at: *mut u8,
+    fd: libc::c_int,
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+) -> io::Result<*mut u8> {
+    // SAFETY: without MAP_FIXED the kernel picks an unused range and touches no existing
+    // memory; with MAP_FIXED `at` is inside a reservation the caller made and owns (see
+    // `map_shared_aligned`), which nothing references. The result is checked.
+    let p = unsafe { libc::mmap(at.cast(), len, prot, flags, fd, 0) };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
     } else {
@@ -98,19 +106,74 @@ fn mmap(fd: libc::c_int, len: usize, flags: libc::c_int) -> io::Result<*mut u8> 
     }
 }
 
-/// Map `len` bytes of `file` shared and detect the media: `MAP_SYNC` first,
-/// then plain `MAP_SHARED`. A device-DAX device is direct access either way; a
-/// block device without `MAP_SYNC` goes through the page cache (its node lives
-/// on devtmpfs, which must not make it look like tmpfs); a regular file is
+/// Size of a PMD (huge) page-table entry on x86_64.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// Unmap `[ptr, ptr + len)` (page aligned; nothing if `len` is 0).
+///
+/// # Safety
+/// The range belongs to a mapping the caller owns and nothing references any more.
+unsafe fn unmap(ptr: *mut u8, len: usize) {
+    if len != 0 {
+        // SAFETY: as the caller guarantees.
+        unsafe { libc::munmap(ptr.cast(), len) };
+    }
+}
+
+/// Map `len` bytes of `fd` shared at a 2 MiB-aligned address, and ask for huge pages.
+///
+/// The kernel maps DAX persistent memory with 2 MiB (PMD) entries only where the virtual
+/// address is 2 MiB aligned, and so does a huge-page tmpfs; one entry per 2 MiB instead of
+/// 512 means far fewer TLB misses and page faults over a large pool. So: reserve `len` +
+/// 2 MiB of address space (PROT_NONE), map the file over its first aligned address with
+/// MAP_FIXED, and give back the slack on either side. MADV_HUGEPAGE is only a hint (a
+/// `huge=advise` tmpfs honours it; EINVAL without transparent huge pages is ignored).
+fn map_shared_aligned(fd: libc::c_int, len: usize, flags: libc::c_int) -> io::Result<*mut u8> {
+    let span = len
+        .checked_add(HUGE_PAGE)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pool too large to map"))?;
+    let reserved = mmap_at(
+        ptr::null_mut(),
+        -1,
+        span,
+        libc::PROT_NONE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+    )?;
+    let head = reserved.align_offset(HUGE_PAGE);
+    // SAFETY: `head` < 2 MiB, so the aligned address and `len` bytes after it lie inside
+    // the reservation of `len` + 2 MiB bytes.
+    let aligned = unsafe { reserved.add(head) };
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    if let Err(e) = mmap_at(aligned, fd, len, prot, flags | libc::MAP_FIXED) {
+        // SAFETY: what is left of our reservation (a failed MAP_FIXED may have unmapped
+        // part of it); nothing points into it.
+        unsafe { unmap(reserved, span) };
+        return Err(e);
+    }
+    // SAFETY: the slack before and after the file mapping: parts of our reservation that
+    // nothing points into (`head` + `len` <= `span`).
+    unsafe {
+        unmap(reserved, head);
+        unmap(aligned.add(len), span - head - len);
+    }
+    // SAFETY: advice on the range just mapped; MADV_HUGEPAGE changes no contents.
+    unsafe { libc::madvise(aligned.cast(), len, libc::MADV_HUGEPAGE) };
+    Ok(aligned)
+}
+
+/// Map `len` bytes of `file` shared (2 MiB aligned, see `map_shared_aligned`) and detect
+/// the media: `MAP_SYNC` first, then plain `MAP_SHARED`. A device-DAX device is direct
+/// access either way; a block device without `MAP_SYNC` goes through the page cache (its
+/// node lives on devtmpfs, which must not make it look like tmpfs); a regular file is
 /// told apart from one on tmpfs by `fstatfs`.
 pub(crate) fn map_file(file: &File, len: usize, backing: Backing) -> io::Result<(Mapping, Media)> {
     let fd = file.as_raw_fd();
-    match mmap(fd, len, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC) {
+    match map_shared_aligned(fd, len, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC) {
         Ok(ptr) => return Ok((Mapping { ptr, map_len: len }, Media::Dax)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {}
         Err(e) => return Err(e),
     }
-    let ptr = mmap(fd, len, libc::MAP_SHARED)?;
+    let ptr = map_shared_aligned(fd, len, libc::MAP_SHARED)?;
     let mapping = Mapping { ptr, map_len: len };
     let media = match backing {
         Backing::DaxDevice => Media::Dax,

@@ -15,8 +15,13 @@ use std::process::Command;
 enum Teardown {
     /// A directory this harness made.
     RemoveDir(PathBuf),
-    /// An ext4 image mounted on a loop device: unmount, then remove both.
-    Ext4 { mount: PathBuf, image: PathBuf },
+    /// An ext4 image mounted on a loop device: unmount, then remove both (also when the
+    /// process is killed: `signals`).
+    Ext4 {
+        mount: PathBuf,
+        image: PathBuf,
+        _on_signal: [Option<crate::signals::Registered>; 2],
+    },
 }
 
 pub struct PosixTarget {
@@ -113,12 +118,9 @@ impl PosixTarget {
         })
     }
 
-    /// A fresh directory in /dev/shm.
-    pub fn tmpfs(name: &str) -> io::Result<PosixTarget> {
-        let root = PathBuf::from(format!(
-            "/dev/shm/engram-bench-{}-{name}",
-            std::process::id()
-        ));
+    /// A fresh directory in `dir` (a tmpfs).
+    pub fn tmpfs(name: &str, dir: &Path) -> io::Result<PosixTarget> {
+        let root = dir.join(format!("engram-bench-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir(&root)?;
         PosixTarget::on(
@@ -158,6 +160,7 @@ impl PosixTarget {
         let teardown = Teardown::Ext4 {
             mount: mount.clone(),
             image: image.clone(),
+            _on_signal: [crate::signals::mount(&mount), crate::signals::file(&image)],
         };
         if let Err(e) = setup() {
             drop(teardown);
@@ -191,7 +194,7 @@ impl PosixTarget {
     }
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
     let what = format!("{cmd:?}");
     match cmd.output() {
         Ok(o) if o.status.success() => Ok(()),
@@ -210,7 +213,7 @@ impl Drop for Teardown {
             Teardown::RemoveDir(d) => {
                 let _ = std::fs::remove_dir_all(d);
             }
-            Teardown::Ext4 { mount, image } => {
+            Teardown::Ext4 { mount, image, .. } => {
                 if mount.join("lost+found").exists() {
                     // Mounted: unmount (the loop device detaches itself: mount -o loop sets
                     // autoclear).
