@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 /// The directory of the run's pools while a `PoolDir` is alive.
 static CURRENT: Mutex<Weak<PoolDir>> = Mutex::new(Weak::new());
 
-const SHM: &str = "/dev/shm";
+pub const SHM: &str = "/dev/shm";
 
 pub struct PoolDir {
     dir: PathBuf,
