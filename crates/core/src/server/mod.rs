@@ -413,17 +413,38 @@ impl Server {
 
     /// Validate a client's handle: in range, live, same generation.
     pub(crate) fn inode(&self, h: Handle) -> Result<InodeData> {
-        if h.ino == 0 || h.ino >= self.geo.inode_count {
-            return Err(Error::with_msg(
-                libc::ESTALE,
-                format!("inode {} is out of range", h.ino),
-            ));
-        }
+        self.check_in_range(h.ino)?;
         let d = self.read_inode(h.ino);
         if d.is_free() || d.generation != h.generation {
             return Err(Error::ESTALE);
         }
         Ok(d)
+    }
+
+    /// `inode`'s checks without reading the whole inode (close needs nothing else).
+    pub(crate) fn check_handle(&self, h: Handle) -> Result<()> {
+        self.check_in_range(h.ino)?;
+        if self.u32_field(h.ino, field::MODE) == 0
+            || self.u32_field(h.ino, field::GENERATION) != h.generation
+        {
+            return Err(Error::ESTALE);
+        }
+        Ok(())
+    }
+
+    fn check_in_range(&self, ino: u64) -> Result<()> {
+        if ino == 0 || ino >= self.geo.inode_count {
+            return Err(Error::with_msg(
+                libc::ESTALE,
+                format!("inode {ino} is out of range"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One 32-bit field of an inode, read alone.
+    pub(crate) fn u32_field(&self, ino: u64, f: u64) -> u32 {
+        self.pool.load_u32(self.field(ino, f))
     }
 
     pub(crate) fn dir_inode(&self, h: Handle) -> Result<InodeData> {

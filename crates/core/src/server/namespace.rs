@@ -16,7 +16,8 @@ pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > dir::NAME_MAX {
         return Err(Error::ENAMETOOLONG);
     }
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+    // One pass over the name (it is short) instead of a search for each byte.
+    if name.is_empty() || name.iter().any(|&b| b == b'/' || b == 0) {
         return Err(Error::with_msg(libc::EINVAL, "invalid file name"));
     }
     if name == b"." || name == b".." {
@@ -174,7 +175,7 @@ impl Server {
         now: i64,
     ) -> Result<(Handle, InodeData)> {
         let ino = self.alloc_inode()?;
-        let old = self.read_inode(ino);
+        let old_generation = self.u32_field(ino, field::GENERATION);
         let (pino, p) = parent;
         let mut mode = mode;
         let gid = if p.mode & libc::S_ISGID != 0 {
@@ -196,7 +197,7 @@ impl Server {
             ctime: now,
             root: 0,
             height: 0,
-            generation: old.generation.wrapping_add(1),
+            generation: old_generation.wrapping_add(1),
             blocks: 0,
             parent: pino,
         };

@@ -3,6 +3,7 @@
 
 use super::{CREATED_TOKENS, ClientId, Server};
 use crate::error::{Error, Result};
+use crate::inode::field;
 use crate::perm::Creds;
 use crate::request::{Handle, Response};
 
@@ -86,7 +87,7 @@ impl Server {
     }
 
     pub(super) fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
-        self.inode(h)?;
+        self.check_handle(h)?;
         let mine = self
             .opened_by
             .get_mut(&client)
@@ -112,8 +113,11 @@ impl Server {
         *count -= 1;
         if *count == 0 {
             self.open.remove(&ino);
-            let d = self.read_inode(ino);
-            if !d.is_free() && d.nlink == 0 {
+            let (mode, nlink) = (
+                self.u32_field(ino, field::MODE),
+                self.u32_field(ino, field::NLINK),
+            );
+            if mode != 0 && nlink == 0 {
                 self.free_inode(ino)?;
             }
         }
