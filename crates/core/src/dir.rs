@@ -428,19 +428,52 @@ pub struct Found {
 
 /// Find `name` in the directory whose root word is `root`, for the server.
 pub fn find(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Found>> {
-    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, slot)| {
-        let line = pool.slice(leaf + slot * 64, 64);
-        Found {
-            ino: u64::from_le_bytes(line[8..16].try_into().unwrap()),
-            ftype: line[17],
-            leaf,
-            slot,
-            nslots: slots_for(name.len()),
+    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, slot)| found_at(pool, leaf, slot, name)))
+}
+
+fn found_at(pool: &Pool, leaf: u64, slot: u64, name: &[u8]) -> Found {
+    let line = pool.slice(leaf + slot * 64, 64);
+    Found {
+        ino: u64::from_le_bytes(line[8..16].try_into().unwrap()),
+        ftype: line[17],
+        leaf,
+        slot,
+        nslots: slots_for(name.len()),
+    }
+}
+
+/// `find` and `find_space` (with nothing claimed) of one name in a single visit of its
+/// leaf: whether the name is there, and where a new entry for it would go.
+pub fn probe(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+) -> Result<(Option<Found>, Space)> {
+    if root == 0 {
+        return Ok((None, Space::Empty));
+    }
+    let hash = name_hash(name);
+    let loc = find_leaf(pool, geo, root, hash, false)?;
+    let mut found = None;
+    if !name.is_empty() && name.len() <= NAME_MAX {
+        // The candidates in slot order, as `find_slot` tries them.
+        let mut candidates = header_mask(pool, loc.leaf, fingerprint(hash));
+        while candidates != 0 {
+            let slot = candidates.trailing_zeros() as u64 + 1;
+            if slot_holds(pool, loc.leaf, slot, hash, name) {
+                found = Some(found_at(pool, loc.leaf, slot, name));
+                break;
+            }
+            candidates &= candidates - 1;
         }
-    }))
+    }
+    let space = space_in(pool, geo, root, hash, loc.leaf, slots_for(name.len()), &[])?;
+    Ok((found, space))
 }
 
 /// Where a new entry of `k` slots can go, or which leaf must be split first.
+#[derive(Clone, Copy)]
 pub enum Space {
     /// The directory has no pages yet.
     Empty,
@@ -462,12 +495,32 @@ pub fn find_space(
     if root == 0 {
         return Ok(Space::Empty);
     }
-    let k = slots_for(name.len());
     let hash = name_hash(name);
     let loc = find_leaf(pool, geo, root, hash, false)?;
-    let mut free = header_mask(pool, loc.leaf, 0);
+    space_in(
+        pool,
+        geo,
+        root,
+        hash,
+        loc.leaf,
+        slots_for(name.len()),
+        claimed,
+    )
+}
+
+/// Room for an entry of `k` slots in `leaf`, the leaf of `hash` in the trie at `root`.
+fn space_in(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    hash: u64,
+    leaf: u64,
+    k: u64,
+    claimed: &[(u64, u64, u64)],
+) -> Result<Space> {
+    let mut free = header_mask(pool, leaf, 0);
     for &(l, s, n) in claimed {
-        if l == loc.leaf && (1..=SLOTS).contains(&s) {
+        if l == leaf && (1..=SLOTS).contains(&s) {
             free &= !(((1u64 << n.min(SLOTS)) - 1) << (s - 1));
         }
     }
@@ -478,7 +531,7 @@ pub fn find_space(
     }
     if run != 0 {
         return Ok(Space::Free {
-            leaf: loc.leaf,
+            leaf,
             slot: run.trailing_zeros() as u64 + 1,
         });
     }

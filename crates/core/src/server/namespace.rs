@@ -82,27 +82,47 @@ impl Server {
         dir::find(&self.pool, &self.geo, d.root, name)
     }
 
-    /// The directory a new name goes in: valid name, live directory, name not taken.
-    fn parent_of_new(&self, parent: Handle, name: &[u8]) -> Result<InodeData> {
+    /// `lookup`, and where a new entry of the name would go (see `dir::probe`).
+    fn probe(&self, d: &InodeData, name: &[u8]) -> Result<(Option<Found>, Space)> {
+        dir::probe(&self.pool, &self.geo, d.root, name)
+    }
+
+    /// The directory a new name goes in (valid name, live directory, name not taken), and
+    /// where its entry would go.
+    fn parent_of_new(&self, parent: Handle, name: &[u8]) -> Result<(InodeData, Space)> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        if self.lookup(&p, name)?.is_some() {
-            return Err(Error::EEXIST);
+        match self.probe(&p, name)? {
+            (Some(_), _) => Err(Error::EEXIST),
+            (None, space) => Ok((p, space)),
         }
-        Ok(p)
     }
 
     /// Find room for each (directory, name) without staging anything; leaves that are full
     /// are split first (each split is its own atomic record), then the search starts over.
-    fn find_places(&mut self, wants: &[(u64, &[u8])]) -> Result<[Place; MAX_STAGED]> {
+    /// Also says whether anything was split (entries may then have moved). `first` is the
+    /// room for the first name if the caller has just found it (`probe`).
+    fn find_places(
+        &mut self,
+        wants: &[(u64, &[u8])],
+        mut first: Option<Space>,
+    ) -> Result<([Place; MAX_STAGED], bool)> {
         assert!(wants.len() <= MAX_STAGED);
+        let mut split_any = false;
         'again: loop {
             let mut claimed = [(0, 0, 0); MAX_STAGED];
             let mut nclaimed = 0;
             let mut places = [Place::NewLeaf; MAX_STAGED];
             for (&(dino, name), place) in wants.iter().zip(&mut places) {
-                let root = self.read_inode(dino).root;
-                match dir::find_space(&self.pool, &self.geo, root, name, &claimed[..nclaimed])? {
+                let space = match first.take() {
+                    Some(space) => space,
+                    None => {
+                        let root = self.read_inode(dino).root;
+                        let claimed = &claimed[..nclaimed];
+                        dir::find_space(&self.pool, &self.geo, root, name, claimed)?
+                    }
+                };
+                match space {
                     Space::Empty => *place = Place::NewLeaf,
                     Space::Free { leaf, slot } => {
                         claimed[nclaimed] = (leaf, slot, dir::slots_for(name.len()));
@@ -120,11 +140,12 @@ impl Server {
                         self.pool.fence();
                         self.commit(&split.publish, &[dino])?;
                         self.retire(&[Item::MetaPage(split.old_leaf)]);
+                        split_any = true;
                         continue 'again;
                     }
                 }
             }
-            return Ok(places);
+            return Ok((places, split_any));
         }
     }
 
@@ -216,12 +237,12 @@ impl Server {
     }
 
     /// Shared body of create, mkdir and symlink, once `parent_of_new` has accepted the
-    /// name (`p` is the parent's inode).
+    /// name (`p` is the parent's inode, `space` where the name's entry would go).
     fn make_node(
         &mut self,
         c: &Creds,
         parent: Handle,
-        p: &InodeData,
+        (p, space): (&InodeData, Space),
         name: &[u8],
         mode: u32,
         target: Option<&[u8]>,
@@ -231,7 +252,7 @@ impl Server {
         if is_dir && p.nlink >= LINK_MAX {
             return Err(Error::EMLINK);
         }
-        let places = self.find_places(&[(parent.ino, name)])?;
+        let (places, _) = self.find_places(&[(parent.ino, name)], Some(space))?;
         let now = self.now();
         let (mut out, mut fresh) = self.take_bufs();
         let result = (|| {
@@ -296,7 +317,8 @@ impl Server {
     ) -> Result<Response> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        if let Some(d) = self.lookup(&p, name)? {
+        let (found, space) = self.probe(&p, name)?;
+        if let Some(d) = found {
             if excl {
                 return Err(Error::EEXIST);
             }
@@ -309,7 +331,8 @@ impl Server {
                 created: false,
             });
         }
-        let handle = self.make_node(c, parent, &p, name, S_IFREG | (mode & 0o7777), None)?;
+        let mode = S_IFREG | (mode & 0o7777);
+        let handle = self.make_node(c, parent, (&p, space), name, mode, None)?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -323,8 +346,9 @@ impl Server {
         name: &[u8],
         mode: u32,
     ) -> Result<Response> {
-        let p = self.parent_of_new(parent, name)?;
-        let handle = self.make_node(c, parent, &p, name, S_IFDIR | (mode & 0o1777), None)?;
+        let (p, space) = self.parent_of_new(parent, name)?;
+        let mode = S_IFDIR | (mode & 0o1777);
+        let handle = self.make_node(c, parent, (&p, space), name, mode, None)?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -344,8 +368,8 @@ impl Server {
         if target.len() >= libc::PATH_MAX as usize || target.contains(&0) {
             return Err(Error::ENAMETOOLONG);
         }
-        let p = self.parent_of_new(parent, name)?;
-        let handle = self.make_node(c, parent, &p, name, S_IFLNK | 0o777, Some(target))?;
+        let (p, space) = self.parent_of_new(parent, name)?;
+        let handle = self.make_node(c, parent, (&p, space), name, S_IFLNK | 0o777, Some(target))?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -375,7 +399,7 @@ impl Server {
         if t.nlink >= LINK_MAX {
             return Err(Error::EMLINK);
         }
-        let places = self.find_places(&[(parent.ino, name)])?;
+        let (places, _) = self.find_places(&[(parent.ino, name)], None)?;
         let now = self.now();
         let (mut out, mut fresh) = self.take_bufs();
         if let Err(e) = self.stage(
@@ -514,7 +538,7 @@ impl Server {
         valid(fname)?;
         let sd = self.lookup(&sp, fname)?.ok_or(Error::ENOENT)?;
         valid(tname)?;
-        let dd = self.lookup(&dp, tname)?;
+        let (dd, tspace) = self.probe(&dp, tname)?;
         if exchange && dd.is_none() {
             return Err(Error::ENOENT);
         }
@@ -569,12 +593,18 @@ impl Server {
         }
 
         let wants = [(to.ino, tname), (from.ino, fname)];
-        let places = self.find_places(&wants[..1 + exchange as usize])?;
-        // Splits may have moved entries: look them up again.
-        let sp = self.read_inode(from.ino);
-        let dp = self.read_inode(to.ino);
-        let sd = self.lookup(&sp, fname)?.ok_or(Error::EIO)?;
-        let dd = self.lookup(&dp, tname)?;
+        // Nothing has changed since the probe of the new name.
+        let first = Some(tspace);
+        let (places, split) = self.find_places(&wants[..1 + exchange as usize], first)?;
+        // Splits may have moved entries: look them up again (else nothing has changed).
+        let (sd, dd) = if split {
+            let sp = self.read_inode(from.ino);
+            let dp = self.read_inode(to.ino);
+            let sd = self.lookup(&sp, fname)?.ok_or(Error::EIO)?;
+            (sd, self.lookup(&dp, tname)?)
+        } else {
+            (sd, dd)
+        };
 
         let now = self.now();
         let (mut out, mut fresh) = self.take_bufs();
