@@ -69,8 +69,9 @@ pub struct Server {
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: FastMap<u64, u32>,
     reservations: FastMap<ClientId, FastSet<u64>>,
-    /// Open handles per client, released when the client goes away.
-    opened_by: FastMap<ClientId, FastMap<u64, Opens>>,
+    /// Open handles per (client, inode), released when the client goes away. One map keyed
+    /// by both: an open or a close hashes once.
+    opened_by: FastMap<(ClientId, u64), Opens>,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
     created: FastMap<ClientId, Vec<u64>>,
     /// Pending frees at which `retire` next tries to reclaim.
@@ -507,16 +508,15 @@ impl Server {
         Ok(())
     }
 
-    /// Log an inode's slot free (into `out`) and add what to retire once that commits to
-    /// `items`.
+    /// Log the slot free of inode `ino` (read as `d`) into `out`, and add what to retire
+    /// once that commits to `items`.
     pub(crate) fn stage_free(
         &self,
-        ino: u64,
+        (ino, d): (u64, &InodeData),
         out: &mut Vec<Entry>,
         items: &mut Vec<Item>,
     ) -> Result<()> {
-        let d = self.read_inode(ino);
-        self.content_items(&d, items)?;
+        self.content_items(d, items)?;
         items.push(Item::Inode(ino));
         out.push(self.set32(ino, field::MODE, 0));
         Ok(())
@@ -525,7 +525,7 @@ impl Server {
     /// Free an inode that has no name and no open handle left.
     pub(crate) fn free_inode(&mut self, ino: u64) -> Result<()> {
         let (mut out, mut items) = self.take_bufs();
-        let r = self.stage_free(ino, &mut out, &mut items);
+        let r = self.stage_free((ino, &self.read_inode(ino)), &mut out, &mut items);
         let r = r.and_then(|()| self.commit(&out, &[ino]));
         if r.is_ok() {
             self.retire(&items);
@@ -557,8 +557,15 @@ impl Server {
             }
         }
         self.created.remove(&client);
-        for (ino, n) in self.opened_by.remove(&client).unwrap_or_default() {
-            for _ in 0..n.all {
+        let mut mine = Vec::new();
+        self.opened_by.retain(|&(c, ino), n| {
+            if c == client {
+                mine.push((ino, n.all));
+            }
+            c != client
+        });
+        for (ino, all) in mine {
+            for _ in 0..all {
                 let _ = self.release_open(ino);
             }
         }

@@ -444,7 +444,7 @@ impl Server {
         out.push(self.set32(ino, field::NLINK, nlink));
         out.push(self.set64(ino, field::CTIME, now as u64));
         if nlink == 0 && !self.is_open(ino) {
-            self.stage_free(ino, out, retired)?;
+            self.stage_free((ino, d), out, retired)?;
         }
         Ok(())
     }

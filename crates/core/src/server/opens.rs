@@ -59,12 +59,7 @@ impl Server {
     /// One more open handle of `ino` held by `client`.
     fn count_open(&mut self, client: ClientId, ino: u64, write: bool) {
         *self.open.entry(ino).or_default() += 1;
-        let o = self
-            .opened_by
-            .entry(client)
-            .or_default()
-            .entry(ino)
-            .or_default();
+        let o = self.opened_by.entry((client, ino)).or_default();
         o.all += 1;
         o.write += write as u32;
     }
@@ -72,11 +67,7 @@ impl Server {
     /// Refuse (EBADF) a change of file contents from a client that does not hold the file
     /// open for writing.
     pub(super) fn check_writer(&self, client: ClientId, h: Handle) -> Result<()> {
-        let writes = self
-            .opened_by
-            .get(&client)
-            .and_then(|m| m.get(&h.ino))
-            .map_or(0, |o| o.write);
+        let writes = self.opened_by.get(&(client, h.ino)).map_or(0, |o| o.write);
         if writes == 0 {
             return Err(Error::with_msg(
                 libc::EBADF,
@@ -90,8 +81,7 @@ impl Server {
         self.check_handle(h)?;
         let mine = self
             .opened_by
-            .get_mut(&client)
-            .and_then(|m| m.get_mut(&h.ino))
+            .get_mut(&(client, h.ino))
             .ok_or(Error::EBADF)?;
         if write && mine.write == 0 {
             return Err(Error::EBADF);
@@ -99,7 +89,7 @@ impl Server {
         mine.all -= 1;
         mine.write -= write as u32;
         if mine.all == 0 {
-            self.opened_by.get_mut(&client).map(|m| m.remove(&h.ino));
+            self.opened_by.remove(&(client, h.ino));
         }
         self.release_open(h.ino)?;
         Ok(Response::Done)
