@@ -65,8 +65,13 @@ impl Deltas {
         }
     }
 
+    /// The changes, without those that cancel out (a rename inside one directory): their
+    /// store would write the value the field already has.
     fn iter(&self) -> impl Iterator<Item = (u64, i64)> + '_ {
-        self.d[..self.n].iter().copied()
+        self.d[..self.n]
+            .iter()
+            .copied()
+            .filter(|&(_, delta)| delta != 0)
     }
 }
 
@@ -699,7 +704,9 @@ impl Server {
             out.push(self.set32(ino, field::NLINK, (cur + delta) as u32));
         }
         self.touch(from.ino, now, out);
-        self.touch(to.ino, now, out);
+        if moving {
+            self.touch(to.ino, now, out);
+        }
         out.push(self.set64(sd.ino, field::CTIME, now as u64));
         Ok(())
     }
