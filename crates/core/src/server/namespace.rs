@@ -539,7 +539,7 @@ impl Server {
             check_name(n)
         };
         let sp = self.dir_inode(from)?;
-        let dp = self.dir_inode(to)?;
+        let dp = if to == from { sp } else { self.dir_inode(to)? };
         valid(fname)?;
         let sd = self.lookup(&sp, fname)?.ok_or(Error::ENOENT)?;
         valid(tname)?;
