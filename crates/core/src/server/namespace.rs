@@ -446,11 +446,13 @@ impl Server {
         } else {
             d.nlink.saturating_sub(1)
         };
+        if nlink == 0 && !self.is_open(ino) {
+            // The slot is freed by this record: its link count and ctime are dead (every
+            // reader tests the mode first; an inode made in the slot gets a whole record).
+            return self.stage_free((ino, d), out, retired);
+        }
         out.push(self.set32(ino, field::NLINK, nlink));
         out.push(self.set64(ino, field::CTIME, now as u64));
-        if nlink == 0 && !self.is_open(ino) {
-            self.stage_free((ino, d), out, retired)?;
-        }
         Ok(())
     }
 
