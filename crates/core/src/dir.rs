@@ -391,6 +391,9 @@ fn walk_ptr(
 
 // ---------------------------------------------------------------- server side (writers)
 
+/// Lines a dentry of the longest name takes.
+const MAX_ENTRY_LINES: usize = 1 + (NAME_MAX - INLINE_NAME).div_ceil(64);
+
 /// Encode a dentry (and its continuation lines) into `lines`, which is `slots_for(len)` lines.
 fn encode_dentry(hash: u64, ino: u64, ftype: u8, name: &[u8], lines: &mut [u8]) {
     lines.fill(0);
@@ -403,13 +406,74 @@ fn encode_dentry(hash: u64, ino: u64, ftype: u8, name: &[u8], lines: &mut [u8]) 
     lines[64..64 + name.len() - first].copy_from_slice(&name[first..]);
 }
 
-fn fp_run(hash: u64, k: u64) -> Vec<u8> {
-    let mut v = vec![FP_CONT; k as usize];
+/// The header bytes of an entry of `k` slots: its fingerprint, then continuation marks
+/// (the first `k` bytes count).
+fn fp_run(hash: u64, k: u64) -> [u8; 8] {
+    debug_assert!((1..=8).contains(&k));
+    let mut v = [FP_CONT; 8];
     v[0] = fingerprint(hash);
     v
 }
 
+/// Where a name's dentry is, as the server needs it to replace or remove the entry (the
+/// name is not copied).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub ino: u64,
+    pub ftype: u8,
+    pub leaf: u64,
+    pub slot: u64,
+    pub nslots: u64,
+}
+
+/// Find `name` in the directory whose root word is `root`, for the server.
+pub fn find(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Found>> {
+    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, slot)| found_at(pool, leaf, slot, name)))
+}
+
+fn found_at(pool: &Pool, leaf: u64, slot: u64, name: &[u8]) -> Found {
+    let line = pool.slice(leaf + slot * 64, 64);
+    Found {
+        ino: u64::from_le_bytes(line[8..16].try_into().unwrap()),
+        ftype: line[17],
+        leaf,
+        slot,
+        nslots: slots_for(name.len()),
+    }
+}
+
+/// `find` and `find_space` (with nothing claimed) of one name in a single visit of its
+/// leaf: whether the name is there, and where a new entry for it would go.
+pub fn probe(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+) -> Result<(Option<Found>, Space)> {
+    if root == 0 {
+        return Ok((None, Space::Empty));
+    }
+    let hash = name_hash(name);
+    let loc = find_leaf(pool, geo, root, hash, false)?;
+    let mut found = None;
+    if !name.is_empty() && name.len() <= NAME_MAX {
+        // The candidates in slot order, as `find_slot` tries them.
+        let mut candidates = header_mask(pool, loc.leaf, fingerprint(hash));
+        while candidates != 0 {
+            let slot = candidates.trailing_zeros() as u64 + 1;
+            if slot_holds(pool, loc.leaf, slot, hash, name) {
+                found = Some(found_at(pool, loc.leaf, slot, name));
+                break;
+            }
+            candidates &= candidates - 1;
+        }
+    }
+    let space = space_in(pool, geo, root, hash, loc.leaf, slots_for(name.len()), &[])?;
+    Ok((found, space))
+}
+
 /// Where a new entry of `k` slots can go, or which leaf must be split first.
+#[derive(Clone, Copy)]
 pub enum Space {
     /// The directory has no pages yet.
     Empty,
@@ -431,12 +495,32 @@ pub fn find_space(
     if root == 0 {
         return Ok(Space::Empty);
     }
-    let k = slots_for(name.len());
     let hash = name_hash(name);
     let loc = find_leaf(pool, geo, root, hash, false)?;
-    let mut free = header_mask(pool, loc.leaf, 0);
+    space_in(
+        pool,
+        geo,
+        root,
+        hash,
+        loc.leaf,
+        slots_for(name.len()),
+        claimed,
+    )
+}
+
+/// Room for an entry of `k` slots in `leaf`, the leaf of `hash` in the trie at `root`.
+fn space_in(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    hash: u64,
+    leaf: u64,
+    k: u64,
+    claimed: &[(u64, u64, u64)],
+) -> Result<Space> {
+    let mut free = header_mask(pool, leaf, 0);
     for &(l, s, n) in claimed {
-        if l == loc.leaf && (1..=SLOTS).contains(&s) {
+        if l == leaf && (1..=SLOTS).contains(&s) {
             free &= !(((1u64 << n.min(SLOTS)) - 1) << (s - 1));
         }
     }
@@ -447,7 +531,7 @@ pub fn find_space(
     }
     if run != 0 {
         return Ok(Space::Free {
-            leaf: loc.leaf,
+            leaf,
             slot: run.trailing_zeros() as u64 + 1,
         });
     }
@@ -459,22 +543,17 @@ pub fn find_space(
 pub fn stage_entry(pool: &Pool, leaf: u64, slot: u64, name: &[u8], ino: u64, ftype: u8) -> Entry {
     let hash = name_hash(name);
     let k = slots_for(name.len());
-    let mut lines = vec![0u8; (k * 64) as usize];
-    encode_dentry(hash, ino, ftype, name, &mut lines);
-    pool.write(leaf + slot * 64, &lines);
+    let mut buf = [0u8; MAX_ENTRY_LINES * 64];
+    let lines = &mut buf[..(k * 64) as usize];
+    encode_dentry(hash, ino, ftype, name, lines);
+    pool.write(leaf + slot * 64, lines);
     pool.flush(leaf + slot * 64, k * 64);
-    Entry::Bytes {
-        off: leaf + slot - 1,
-        data: fp_run(hash, k),
-    }
+    Entry::short(leaf + slot - 1, &fp_run(hash, k)[..k as usize])
 }
 
 /// The logged store that removes a published entry.
-pub fn remove_entry(d: &Dentry) -> Entry {
-    Entry::Bytes {
-        off: d.leaf + d.slot - 1,
-        data: vec![0; d.nslots() as usize],
-    }
+pub fn remove_entry(d: &Found) -> Entry {
+    Entry::short(d.leaf + d.slot - 1, &[0; 8][..d.nslots as usize])
 }
 
 /// Build a fresh leaf page image holding `entries` packed from slot 1.
@@ -491,10 +570,41 @@ fn leaf_image(entries: &[&Dentry]) -> Vec<u8> {
             &d.name,
             &mut img[at..at + (k * 64) as usize],
         );
-        img[(slot - 1) as usize..(slot - 1 + k) as usize].copy_from_slice(&fp_run(d.hash, k));
+        img[(slot - 1) as usize..(slot - 1 + k) as usize]
+            .copy_from_slice(&fp_run(d.hash, k)[..k as usize]);
         slot += k;
     }
     img
+}
+
+/// Pack the entries of `leaf` into two zeroed leaf images, in slot order: those whose slot
+/// index at `depth` is below `mid` into `a`, the others into `b`. Dentry lines never change
+/// once written (unused bytes zero), so they are copied whole instead of decoded and
+/// encoded again; the pages come out as `leaf_image` would build them. Slots are skipped
+/// as `leaf_entries` skips them.
+fn split_images(pool: &Pool, leaf: u64, depth: u32, mid: u64, a: &mut [u8], b: &mut [u8]) {
+    let page = pool.slice(leaf, PAGE);
+    let mut next = [1usize, 1usize];
+    let mut s = 1usize;
+    while s <= SLOTS as usize {
+        let fp = page[s - 1];
+        let line = &page[s * 64..s * 64 + 64];
+        let len = line[16] as usize;
+        let k = slots_for(len) as usize;
+        if fp == 0 || fp == FP_CONT || len == 0 || s + k - 1 > SLOTS as usize {
+            s += 1;
+            continue;
+        }
+        let hash = u64::from_le_bytes(line[0..8].try_into().unwrap());
+        let side = usize::from(slot_index(hash, depth) >= mid);
+        let img = if side == 0 { &mut *a } else { &mut *b };
+        let at = next[side];
+        img[at * 64..(at + k) * 64].copy_from_slice(&page[s * 64..(s + k) * 64]);
+        img[at - 1] = fingerprint(hash);
+        img[at..at + k - 1].fill(FP_CONT);
+        next[side] += k;
+        s += k;
+    }
 }
 
 /// Fill a fresh, unreachable leaf with one entry (for the first entry of a directory).
@@ -525,7 +635,6 @@ pub fn split(
     root_field: u64,
     alloc_page: &mut dyn FnMut() -> Result<u64>,
 ) -> Result<Split> {
-    let entries = leaf_entries(pool, loc.leaf);
     let mut new_pages = Vec::new();
     let mut take = |new_pages: &mut Vec<u64>| -> Result<u64> {
         let p = alloc_page()?;
@@ -547,13 +656,13 @@ pub fn split(
         Parent::Node { depth, lo, hi, .. } => (depth, lo, hi, false),
     };
     let mid = (lo + hi).div_ceil(2);
-    let (a, b): (Vec<&Dentry>, Vec<&Dentry>) = entries
-        .iter()
-        .partition(|d| slot_index(d.hash, depth) < mid);
     let leaf_a = take(&mut new_pages)?;
     let leaf_b = take(&mut new_pages)?;
-    pool.copy_nt(leaf_a, &leaf_image(&a));
-    pool.copy_nt(leaf_b, &leaf_image(&b));
+    let mut images = vec![0u8; 2 * PAGE as usize];
+    let (a, b) = images.split_at_mut(PAGE as usize);
+    split_images(pool, loc.leaf, depth, mid, a, b);
+    pool.copy_nt(leaf_a, a);
+    pool.copy_nt(leaf_b, b);
     let (ta, tb) = (leaf_a | LEAF_TAG, leaf_b | LEAF_TAG);
     let publish = if new_node {
         let node = take(&mut new_pages)?;
@@ -630,6 +739,38 @@ mod tests {
                     .fold(0u64, |m, i| m | 1 << i);
                 assert_eq!(header_mask(&pool, 0, fp), want, "fp {fp:#x} line {line:?}");
             }
+        }
+    }
+
+    #[test]
+    fn split_images_match_decoded_and_encoded_entries() {
+        let pool = Pool::anonymous(1 << 20).unwrap();
+        let leaf = 0;
+        // Names of 1 to 4 slots, until the leaf is full.
+        let mut slot = 1;
+        let mut i = 0u64;
+        loop {
+            let name = vec![b'a' + (i % 26) as u8; 1 + (i as usize * 37) % 200];
+            let name = [name.as_slice(), &i.to_le_bytes()].concat();
+            if slot + slots_for(name.len()) - 1 > SLOTS {
+                break;
+            }
+            let e = stage_entry(&pool, leaf, slot, &name, 100 + i, 8);
+            e.apply(&pool);
+            slot += slots_for(name.len());
+            i += 1;
+        }
+        let entries = leaf_entries(&pool, leaf);
+        assert_eq!(entries.len() as u64, i);
+        for (depth, mid) in [(0, 256), (0, 1), (1, 300), (2, 511)] {
+            let (a, b): (Vec<&Dentry>, Vec<&Dentry>) = entries
+                .iter()
+                .partition(|d| slot_index(d.hash, depth) < mid);
+            let mut img = vec![0u8; 2 * PAGE as usize];
+            let (ia, ib) = img.split_at_mut(PAGE as usize);
+            split_images(&pool, leaf, depth, mid, ia, ib);
+            assert_eq!(ia, leaf_image(&a).as_slice());
+            assert_eq!(ib, leaf_image(&b).as_slice());
         }
     }
 

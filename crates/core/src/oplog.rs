@@ -31,6 +31,10 @@ pub enum Entry {
     },
     /// Store these bytes at `off`.
     Bytes { off: u64, data: Vec<u8> },
+    /// Store the first `len` (1..=8) bytes of `data` at `off`; the rest of `data` is zero.
+    /// Logged exactly as `Bytes` (replay decodes such a `Bytes` entry as this), but made
+    /// without an allocation: directory fingerprint stores are all this small.
+    Short { off: u64, len: u8, data: [u8; 8] },
 }
 
 impl Entry {
@@ -49,11 +53,23 @@ impl Entry {
         }
     }
 
+    /// A `Short` store of `bytes` (at most 8) at `off`.
+    pub fn short(off: u64, bytes: &[u8]) -> Entry {
+        let mut data = [0u8; 8];
+        data[..bytes.len()].copy_from_slice(bytes);
+        Entry::Short {
+            off,
+            len: bytes.len() as u8,
+            data,
+        }
+    }
+
     fn range(&self) -> (u64, u64) {
         match self {
             Entry::Set { off, width, .. } => (*off, *width as u64),
             Entry::Seq { off, count, .. } => (*off, count.saturating_mul(8)),
             Entry::Bytes { off, data } => (*off, data.len() as u64),
+            Entry::Short { off, len, .. } => (*off, *len as u64),
         }
     }
 
@@ -62,11 +78,18 @@ impl Entry {
             Entry::Set { .. } => 16,
             Entry::Seq { .. } => 32,
             Entry::Bytes { data, .. } => 16 + data.len().div_ceil(8) * 8,
+            Entry::Short { .. } => 24,
         }
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
-        let mut word = |w: u64| out.extend_from_slice(&w.to_le_bytes());
+    /// Encode into the start of `out` (zeroed, at least `encoded_len` bytes long); returns
+    /// the bytes written, padding included.
+    fn encode(&self, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        let mut word = |w: u64| {
+            out[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            at += 8;
+        };
         match self {
             Entry::Set { off, width, value } => {
                 word(off | (*width as u64) << 48 | TAG_SET << 56);
@@ -83,13 +106,18 @@ impl Entry {
                 word(*start);
                 word(*step);
             }
+            Entry::Short { off, len, data } => {
+                word(off | TAG_BYTES << 56);
+                word(*len as u64);
+                word(u64::from_le_bytes(*data));
+            }
             Entry::Bytes { off, data } => {
                 word(off | TAG_BYTES << 56);
                 word(data.len() as u64);
-                out.extend_from_slice(data);
-                out.resize(out.len().div_ceil(8) * 8, 0);
+                out[at..at + data.len()].copy_from_slice(data);
             }
         }
+        self.encoded_len()
     }
 
     /// Decode one entry from `b`; returns it and the bytes consumed.
@@ -126,8 +154,16 @@ impl Entry {
             )),
             TAG_BYTES => {
                 let len = w(1)? as usize;
-                let data = b.get(16..16 + len)?.to_vec();
-                Some((Entry::Bytes { off, data }, 16 + len.div_ceil(8) * 8))
+                let data = b.get(16..16 + len)?;
+                let e = if (1..=8).contains(&len) {
+                    Entry::short(off, data)
+                } else {
+                    Entry::Bytes {
+                        off,
+                        data: data.to_vec(),
+                    }
+                };
+                Some((e, 16 + len.div_ceil(8) * 8))
             }
             _ => None,
         }
@@ -153,6 +189,10 @@ impl Entry {
                 }
             }
             Entry::Bytes { off, data } => pool.write(*off, data),
+            Entry::Short { off, len, data } => match len {
+                1 => pool.store_u8(*off, data[0]),
+                _ => pool.write(*off, &data[..*len as usize]),
+            },
         }
         let (off, len) = self.range();
         pool.flush(off, len);
@@ -273,24 +313,25 @@ impl Log {
     }
 
     fn write_record(&mut self, pool: &Pool, kind: u32, entries: &[Entry], len: u64) {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        buf.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-        buf.extend_from_slice(&kind.to_le_bytes());
-        buf.extend_from_slice(&(len as u32).to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        buf.extend_from_slice(&self.next_seq.to_le_bytes());
-        buf.extend_from_slice(&0u64.to_le_bytes());
-        for e in entries {
-            e.encode(&mut buf);
-        }
         // A wrap record only needs its header; the rest of the log end is left as it is.
         let body_len = if kind == KIND_WRAP {
             HEADER
         } else {
             len as usize
         };
+        // Header: magic, kind, length, checksum (0 while it is computed), sequence number,
+        // 8 reserved bytes; then the entries; zero padding to `body_len`.
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
         buf.resize(body_len, 0);
+        buf[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        buf[4..8].copy_from_slice(&kind.to_le_bytes());
+        buf[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+        buf[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
+        let mut at = HEADER;
+        for e in entries {
+            at += e.encode(&mut buf[at..]);
+        }
         let crc = crc32c::crc32c(&buf);
         buf[12..16].copy_from_slice(&crc.to_le_bytes());
         let at = self.off + self.tail;
@@ -474,4 +515,69 @@ pub fn count_valid(pool: &Pool, geo: &Geometry, head: LogHead) -> u64 {
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(w: &[u64]) -> Vec<u8> {
+        w.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    fn encoded(e: &Entry) -> Vec<u8> {
+        let mut got = vec![0u8; e.encoded_len()];
+        assert_eq!(e.encode(&mut got), got.len());
+        got
+    }
+
+    /// The log format must not change: entries encode to these exact words, `Short`
+    /// exactly as the `Bytes` entry it stands for, and decode back.
+    #[test]
+    fn entries_encode_as_the_log_format_says_and_decode_back() {
+        let golden = [
+            (
+                Entry::set64(0x1000, 7),
+                words(&[0x1000 | 8 << 48 | 1 << 56, 7]),
+            ),
+            (
+                Entry::set32(0x2008, 9),
+                words(&[0x2008 | 4 << 48 | 1 << 56, 9]),
+            ),
+            (
+                Entry::Seq {
+                    off: 0x3000,
+                    count: 2,
+                    start: 5,
+                    step: 0,
+                },
+                words(&[0x3000 | 2 << 56, 2, 5, 0]),
+            ),
+            (
+                Entry::Bytes {
+                    off: 0x4001,
+                    data: (1..=10).collect(),
+                },
+                words(&[0x4001 | 3 << 56, 10, 0x0807_0605_0403_0201, 0x0a09]),
+            ),
+            (
+                Entry::short(0x5003, &[0xfe, 0xff, 0xff]),
+                words(&[0x5003 | 3 << 56, 3, 0xff_fffe]),
+            ),
+        ];
+        for (e, want) in &golden {
+            assert_eq!(&encoded(e), want, "{e:?}");
+            assert_eq!(Entry::decode(want), Some((e.clone(), want.len())));
+        }
+        for n in 1..=8u8 {
+            let data: Vec<u8> = (1..=n).collect();
+            let short = Entry::short(0x6000 + n as u64, &data);
+            let bytes = Entry::Bytes {
+                off: 0x6000 + n as u64,
+                data,
+            };
+            assert_eq!(encoded(&short), encoded(&bytes));
+            assert_eq!(Entry::decode(&encoded(&bytes)), Some((short, 24)));
+        }
+    }
 }

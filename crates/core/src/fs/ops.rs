@@ -50,7 +50,7 @@ impl Fs {
         let mut opened: Option<File> = None;
         let (h, d) = if opts.create {
             let p = self.resolve_parent(base(dir), path)?;
-            let Some(name) = p.name.clone() else {
+            let Some(name) = p.name else {
                 return Err(if opts.excl {
                     Error::EEXIST
                 } else {
@@ -60,8 +60,14 @@ impl Fs {
             if p.trailing_slash {
                 return Err(Error::EISDIR);
             }
-            match self.lookup_child(p.dir.ino, &name)? {
-                Some(_) if opts.excl => return Err(Error::EEXIST),
+            // With O_EXCL the server refuses a name that exists (EEXIST, whatever it names:
+            // O_EXCL follows no symlink), so there is nothing to look up first.
+            let found = if opts.excl {
+                None
+            } else {
+                self.lookup_child(p.dir.ino, &name)?
+            };
+            match found {
                 Some((_, d)) if d.is_symlink() => {
                     if opts.nofollow {
                         return Err(symlink_not_followed(&opts));
@@ -73,7 +79,7 @@ impl Fs {
                 None => {
                     let req = Request::Create {
                         parent: p.dir,
-                        name: name.clone(),
+                        name,
                         mode: opts.mode,
                         excl: opts.excl,
                         open: Some(opts.write),
@@ -93,6 +99,9 @@ impl Fs {
                         if opts.nofollow {
                             return Err(symlink_not_followed(&opts));
                         }
+                        // The name went with the request: resolve it again (a rare race).
+                        let p = self.resolve_parent(base(dir), path)?;
+                        let name = p.name.ok_or(Error::ENOENT)?;
                         self.open_symlink_target(p.dir, &name, &opts)?
                     } else {
                         (h, d)

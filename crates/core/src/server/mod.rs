@@ -9,6 +9,7 @@ mod data;
 mod fsck;
 pub use fsck::FsckReport;
 mod namespace;
+mod opens;
 
 use crate::alloc::{Allocator, Item};
 use crate::epoch::{Epochs, SeqTable};
@@ -68,8 +69,9 @@ pub struct Server {
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: FastMap<u64, u32>,
     reservations: FastMap<ClientId, FastSet<u64>>,
-    /// Open handles per client, released when the client goes away.
-    opened_by: FastMap<ClientId, FastMap<u64, Opens>>,
+    /// Open handles per (client, inode), released when the client goes away. One map keyed
+    /// by both: an open or a close hashes once.
+    opened_by: FastMap<(ClientId, u64), Opens>,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
     created: FastMap<ClientId, Vec<u64>>,
     /// Pending frees at which `retire` next tries to reclaim.
@@ -80,6 +82,9 @@ pub struct Server {
     /// is durable is then unknown, so the pool takes no more changes until it is reopened
     /// (like ext4's `errors=remount-ro`).
     failed: Option<String>,
+    /// Buffers reused across requests (see `take_bufs`).
+    spare_entries: Vec<Entry>,
+    spare_items: Vec<Item>,
 }
 
 impl Server {
@@ -111,6 +116,8 @@ impl Server {
             reclaim_at: RECLAIM_BATCH,
             closed: false,
             failed: None,
+            spare_entries: Vec::with_capacity(16),
+            spare_items: Vec::with_capacity(8),
         }
     }
 
@@ -163,17 +170,7 @@ impl Server {
                     created: true,
                 }) = &r
                 {
-                    match open {
-                        // The creator may write whatever mode it gave the file (open(2)).
-                        Some(write) => self.count_open(client, handle.ino, write),
-                        None => {
-                            let v = self.created.entry(client).or_default();
-                            if v.len() >= CREATED_TOKENS {
-                                v.remove(0);
-                            }
-                            v.push(handle.ino);
-                        }
-                    }
+                    self.created_by(client, handle.ino, open);
                 }
                 r
             }
@@ -417,17 +414,38 @@ impl Server {
 
     /// Validate a client's handle: in range, live, same generation.
     pub(crate) fn inode(&self, h: Handle) -> Result<InodeData> {
-        if h.ino == 0 || h.ino >= self.geo.inode_count {
-            return Err(Error::with_msg(
-                libc::ESTALE,
-                format!("inode {} is out of range", h.ino),
-            ));
-        }
+        self.check_in_range(h.ino)?;
         let d = self.read_inode(h.ino);
         if d.is_free() || d.generation != h.generation {
             return Err(Error::ESTALE);
         }
         Ok(d)
+    }
+
+    /// `inode`'s checks without reading the whole inode (close needs nothing else).
+    pub(crate) fn check_handle(&self, h: Handle) -> Result<()> {
+        self.check_in_range(h.ino)?;
+        if self.u32_field(h.ino, field::MODE) == 0
+            || self.u32_field(h.ino, field::GENERATION) != h.generation
+        {
+            return Err(Error::ESTALE);
+        }
+        Ok(())
+    }
+
+    fn check_in_range(&self, ino: u64) -> Result<()> {
+        if ino == 0 || ino >= self.geo.inode_count {
+            return Err(Error::with_msg(
+                libc::ESTALE,
+                format!("inode {ino} is out of range"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One 32-bit field of an inode, read alone.
+    pub(crate) fn u32_field(&self, ino: u64, f: u64) -> u32 {
+        self.pool.load_u32(self.field(ino, f))
     }
 
     pub(crate) fn dir_inode(&self, h: Handle) -> Result<InodeData> {
@@ -463,9 +481,8 @@ impl Server {
         });
     }
 
-    /// Everything an inode holds, for retiring when it is freed.
-    pub(crate) fn content_items(&self, d: &InodeData) -> Result<Vec<Item>> {
-        let mut items = Vec::new();
+    /// Everything an inode holds (appended to `items`), for retiring when it is freed.
+    pub(crate) fn content_items(&self, d: &InodeData, items: &mut Vec<Item>) -> Result<()> {
         if d.is_reg() {
             let mut pages = Vec::new();
             crate::index::walk(
@@ -488,126 +505,48 @@ impl Server {
         } else if d.is_symlink() && d.size > field::INLINE_LEN && self.geo.is_meta_page(d.root) {
             items.push(Item::MetaPage(d.root));
         }
-        Ok(items)
+        Ok(())
     }
 
-    /// Log an inode's slot free (into `out`) and return what to retire once that commits.
-    pub(crate) fn stage_free(&self, ino: u64, out: &mut Vec<Entry>) -> Result<Vec<Item>> {
-        let d = self.read_inode(ino);
-        let mut items = self.content_items(&d)?;
+    /// Log the slot free of inode `ino` (read as `d`) into `out`, and add what to retire
+    /// once that commits to `items`.
+    pub(crate) fn stage_free(
+        &self,
+        (ino, d): (u64, &InodeData),
+        out: &mut Vec<Entry>,
+        items: &mut Vec<Item>,
+    ) -> Result<()> {
+        self.content_items(d, items)?;
         items.push(Item::Inode(ino));
         out.push(self.set32(ino, field::MODE, 0));
-        Ok(items)
+        Ok(())
     }
 
     /// Free an inode that has no name and no open handle left.
     pub(crate) fn free_inode(&mut self, ino: u64) -> Result<()> {
-        let mut out = Vec::new();
-        let items = self.stage_free(ino, &mut out)?;
-        self.commit(&out, &[ino])?;
-        self.retire(&items);
-        Ok(())
-    }
-
-    /// Open a handle for `client`. An open for writing needs write permission (checked with
-    /// the caller's credentials) unless the client has just created the file.
-    fn open_handle(
-        &mut self,
-        client: ClientId,
-        creds: &Creds,
-        h: Handle,
-        write: bool,
-    ) -> Result<Response> {
-        let d = self.inode(h)?;
-        let created = match self.created.get_mut(&client) {
-            Some(v) => match v.iter().position(|&i| i == h.ino) {
-                Some(at) => {
-                    v.remove(at);
-                    true
-                }
-                None => false,
-            },
-            None => false,
-        };
-        if write {
-            if d.is_dir() {
-                return Err(Error::EISDIR);
-            }
-            if !created {
-                crate::perm::check(creds, &d, crate::perm::W)?;
-            }
+        let (mut out, mut items) = self.take_bufs();
+        let r = self.stage_free((ino, &self.read_inode(ino)), &mut out, &mut items);
+        let r = r.and_then(|()| self.commit(&out, &[ino]));
+        if r.is_ok() {
+            self.retire(&items);
         }
-        self.count_open(client, h.ino, write);
-        Ok(Response::Done)
+        self.put_bufs(out, items);
+        r
     }
 
-    /// One more open handle of `ino` held by `client`.
-    fn count_open(&mut self, client: ClientId, ino: u64, write: bool) {
-        *self.open.entry(ino).or_default() += 1;
-        let o = self
-            .opened_by
-            .entry(client)
-            .or_default()
-            .entry(ino)
-            .or_default();
-        o.all += 1;
-        o.write += write as u32;
+    /// Empty buffers for a request's log entries and items: those of earlier requests, so
+    /// that a request allocates none. Give them back with `put_bufs`.
+    pub(crate) fn take_bufs(&mut self) -> (Vec<Entry>, Vec<Item>) {
+        let mut out = std::mem::take(&mut self.spare_entries);
+        let mut items = std::mem::take(&mut self.spare_items);
+        out.clear();
+        items.clear();
+        (out, items)
     }
 
-    /// Refuse (EBADF) a change of file contents from a client that does not hold the file
-    /// open for writing.
-    fn check_writer(&self, client: ClientId, h: Handle) -> Result<()> {
-        let writes = self
-            .opened_by
-            .get(&client)
-            .and_then(|m| m.get(&h.ino))
-            .map_or(0, |o| o.write);
-        if writes == 0 {
-            return Err(Error::with_msg(
-                libc::EBADF,
-                "the file is not open for writing by this client",
-            ));
-        }
-        Ok(())
-    }
-
-    fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
-        self.inode(h)?;
-        let mine = self
-            .opened_by
-            .get_mut(&client)
-            .and_then(|m| m.get_mut(&h.ino))
-            .ok_or(Error::EBADF)?;
-        if write && mine.write == 0 {
-            return Err(Error::EBADF);
-        }
-        mine.all -= 1;
-        mine.write -= write as u32;
-        if mine.all == 0 {
-            self.opened_by.get_mut(&client).map(|m| m.remove(&h.ino));
-        }
-        self.release_open(h.ino)?;
-        Ok(Response::Done)
-    }
-
-    /// Drop one open reference; the last one of an inode with no name frees it.
-    fn release_open(&mut self, ino: u64) -> Result<()> {
-        let Some(count) = self.open.get_mut(&ino) else {
-            return Ok(());
-        };
-        *count -= 1;
-        if *count == 0 {
-            self.open.remove(&ino);
-            let d = self.read_inode(ino);
-            if !d.is_free() && d.nlink == 0 {
-                self.free_inode(ino)?;
-            }
-        }
-        Ok(())
-    }
-
-    pub(crate) fn is_open(&self, ino: u64) -> bool {
-        self.open.contains_key(&ino)
+    pub(crate) fn put_bufs(&mut self, out: Vec<Entry>, items: Vec<Item>) {
+        self.spare_entries = out;
+        self.spare_items = items;
     }
 
     /// A client is gone: give back its reservations.
@@ -618,8 +557,15 @@ impl Server {
             }
         }
         self.created.remove(&client);
-        for (ino, n) in self.opened_by.remove(&client).unwrap_or_default() {
-            for _ in 0..n.all {
+        let mut mine = Vec::new();
+        self.opened_by.retain(|&(c, ino), n| {
+            if c == client {
+                mine.push((ino, n.all));
+            }
+            c != client
+        });
+        for (ino, all) in mine {
+            for _ in 0..all {
                 let _ = self.release_open(ino);
             }
         }

@@ -2,13 +2,12 @@
 
 use super::Server;
 use crate::alloc::Item;
-use crate::dir::{self, Dentry, Space};
+use crate::dir::{self, Found, Space};
 use crate::error::{Error, Result};
 use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, field};
 use crate::oplog::Entry;
 use crate::perm::{self, Creds, W, X};
 use crate::request::{Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, Response};
-use std::collections::BTreeMap;
 
 pub const LINK_MAX: u32 = 65000;
 
@@ -17,7 +16,8 @@ pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > dir::NAME_MAX {
         return Err(Error::ENAMETOOLONG);
     }
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+    // One pass over the name (it is short) instead of a search for each byte.
+    if name.is_empty() || name.iter().any(|&b| b == b'/' || b == 0) {
         return Err(Error::with_msg(libc::EINVAL, "invalid file name"));
     }
     if name == b"." || name == b".." {
@@ -36,36 +36,103 @@ pub fn ftype_of(mode: u32) -> u8 {
 }
 
 /// Where a staged entry goes.
+#[derive(Clone, Copy)]
 enum Place {
     Leaf { leaf: u64, slot: u64 },
     NewLeaf,
 }
 
+/// The most names one operation stages (rename's exchange).
+const MAX_STAGED: usize = 2;
+
+/// Changes of a counter of up to two directories, kept in inode order.
+#[derive(Default)]
+struct Deltas {
+    d: [(u64, i64); 2],
+    n: usize,
+}
+
+impl Deltas {
+    fn add(&mut self, ino: u64, delta: i64) {
+        if let Some(e) = self.d[..self.n].iter_mut().find(|e| e.0 == ino) {
+            e.1 += delta;
+            return;
+        }
+        self.d[self.n] = (ino, delta);
+        self.n += 1;
+        if self.n == 2 && self.d[0].0 > self.d[1].0 {
+            self.d.swap(0, 1);
+        }
+    }
+
+    /// The changes, without those that cancel out (a rename inside one directory): their
+    /// store would write the value the field already has.
+    fn iter(&self) -> impl Iterator<Item = (u64, i64)> + '_ {
+        self.d[..self.n]
+            .iter()
+            .copied()
+            .filter(|&(_, delta)| delta != 0)
+    }
+}
+
 /// Per-directory counters a namespace operation changes, applied as absolute values.
 #[derive(Default)]
 struct DirChanges {
-    size: BTreeMap<u64, i64>,
-    nlink: BTreeMap<u64, i64>,
+    size: Deltas,
+    nlink: Deltas,
 }
 
 impl Server {
-    fn lookup(&self, d: &InodeData, name: &[u8]) -> Result<Option<Dentry>> {
-        dir::lookup(&self.pool, &self.geo, d.root, name)
+    fn lookup(&self, d: &InodeData, name: &[u8]) -> Result<Option<Found>> {
+        dir::find(&self.pool, &self.geo, d.root, name)
+    }
+
+    /// `lookup`, and where a new entry of the name would go (see `dir::probe`).
+    fn probe(&self, d: &InodeData, name: &[u8]) -> Result<(Option<Found>, Space)> {
+        dir::probe(&self.pool, &self.geo, d.root, name)
+    }
+
+    /// The directory a new name goes in (valid name, live directory, name not taken), and
+    /// where its entry would go.
+    fn parent_of_new(&self, parent: Handle, name: &[u8]) -> Result<(InodeData, Space)> {
+        check_name(name)?;
+        let p = self.dir_inode(parent)?;
+        match self.probe(&p, name)? {
+            (Some(_), _) => Err(Error::EEXIST),
+            (None, space) => Ok((p, space)),
+        }
     }
 
     /// Find room for each (directory, name) without staging anything; leaves that are full
     /// are split first (each split is its own atomic record), then the search starts over.
-    fn find_places(&mut self, wants: &[(u64, &[u8])]) -> Result<Vec<Place>> {
+    /// Also says whether anything was split (entries may then have moved). `first` is the
+    /// room for the first name if the caller has just found it (`probe`).
+    fn find_places(
+        &mut self,
+        wants: &[(u64, &[u8])],
+        mut first: Option<Space>,
+    ) -> Result<([Place; MAX_STAGED], bool)> {
+        assert!(wants.len() <= MAX_STAGED);
+        let mut split_any = false;
         'again: loop {
-            let mut claimed = Vec::new();
-            let mut places = Vec::new();
-            for &(dino, name) in wants {
-                let root = self.read_inode(dino).root;
-                match dir::find_space(&self.pool, &self.geo, root, name, &claimed)? {
-                    Space::Empty => places.push(Place::NewLeaf),
+            let mut claimed = [(0, 0, 0); MAX_STAGED];
+            let mut nclaimed = 0;
+            let mut places = [Place::NewLeaf; MAX_STAGED];
+            for (&(dino, name), place) in wants.iter().zip(&mut places) {
+                let space = match first.take() {
+                    Some(space) => space,
+                    None => {
+                        let root = self.read_inode(dino).root;
+                        let claimed = &claimed[..nclaimed];
+                        dir::find_space(&self.pool, &self.geo, root, name, claimed)?
+                    }
+                };
+                match space {
+                    Space::Empty => *place = Place::NewLeaf,
                     Space::Free { leaf, slot } => {
-                        claimed.push((leaf, slot, dir::slots_for(name.len())));
-                        places.push(Place::Leaf { leaf, slot });
+                        claimed[nclaimed] = (leaf, slot, dir::slots_for(name.len()));
+                        nclaimed += 1;
+                        *place = Place::Leaf { leaf, slot };
                     }
                     Space::Full(loc) => {
                         self.ensure_meta(3)?;
@@ -78,11 +145,12 @@ impl Server {
                         self.pool.fence();
                         self.commit(&split.publish, &[dino])?;
                         self.retire(&[Item::MetaPage(split.old_leaf)]);
+                        split_any = true;
                         continue 'again;
                     }
                 }
             }
-            return Ok(places);
+            return Ok((places, split_any));
         }
     }
 
@@ -91,11 +159,11 @@ impl Server {
     fn stage(
         &mut self,
         wants: &[(u64, &[u8], u64, u8)],
-        places: Vec<Place>,
+        places: &[Place],
         out: &mut Vec<Entry>,
         fresh: &mut Vec<Item>,
     ) -> Result<()> {
-        for (&(dino, name, ino, ftype), place) in wants.iter().zip(places) {
+        for (&(dino, name, ino, ftype), &place) in wants.iter().zip(places) {
             match place {
                 Place::Leaf { leaf, slot } => {
                     out.push(dir::stage_entry(&self.pool, leaf, slot, name, ino, ftype))
@@ -113,8 +181,8 @@ impl Server {
 
     /// Undo the allocations of an operation that failed before its commit. A new inode
     /// was already written to its (unreachable) slot: mark the slot free again.
-    fn release(&mut self, fresh: Vec<Item>) {
-        for it in fresh {
+    fn release(&mut self, fresh: &mut Vec<Item>) {
+        for it in fresh.drain(..) {
             if let Item::Inode(ino) = it {
                 let at = self.geo.inode_addr(ino) + field::MODE;
                 self.pool.store_u32(at, 0);
@@ -133,7 +201,7 @@ impl Server {
         now: i64,
     ) -> Result<(Handle, InodeData)> {
         let ino = self.alloc_inode()?;
-        let old = self.read_inode(ino);
+        let old_generation = self.u32_field(ino, field::GENERATION);
         let (pino, p) = parent;
         let mut mode = mode;
         let gid = if p.mode & libc::S_ISGID != 0 {
@@ -155,7 +223,7 @@ impl Server {
             ctime: now,
             root: 0,
             height: 0,
-            generation: old.generation.wrapping_add(1),
+            generation: old_generation.wrapping_add(1),
             blocks: 0,
             parent: pino,
         };
@@ -173,38 +241,34 @@ impl Server {
         ))
     }
 
-    /// Shared body of create, mkdir and symlink.
+    /// Shared body of create, mkdir and symlink, once `parent_of_new` has accepted the
+    /// name (`p` is the parent's inode, `space` where the name's entry would go).
     fn make_node(
         &mut self,
         c: &Creds,
         parent: Handle,
+        (p, space): (&InodeData, Space),
         name: &[u8],
         mode: u32,
         target: Option<&[u8]>,
     ) -> Result<Handle> {
-        check_name(name)?;
-        let p = self.dir_inode(parent)?;
-        if self.lookup(&p, name)?.is_some() {
-            return Err(Error::EEXIST);
-        }
-        perm::check(c, &p, W | X)?;
+        perm::check(c, p, W | X)?;
         let is_dir = mode & S_IFMT == S_IFDIR;
         if is_dir && p.nlink >= LINK_MAX {
             return Err(Error::EMLINK);
         }
-        let places = self.find_places(&[(parent.ino, name)])?;
+        let (places, _) = self.find_places(&[(parent.ino, name)], Some(space))?;
         let now = self.now();
-        let mut fresh = Vec::new();
+        let (mut out, mut fresh) = self.take_bufs();
         let result = (|| {
-            let (h, mut d) = self.new_inode(c, (parent.ino, &p), mode, now)?;
+            let (h, mut d) = self.new_inode(c, (parent.ino, p), mode, now)?;
             fresh.push(Item::Inode(h.ino));
             if let Some(t) = target {
                 self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?;
             }
-            let mut out = Vec::with_capacity(8);
             self.stage(
                 &[(parent.ino, name, h.ino, ftype_of(mode))],
-                places,
+                &places,
                 &mut out,
                 &mut fresh,
             )?;
@@ -218,8 +282,9 @@ impl Server {
             Ok(h)
         })();
         if result.is_err() {
-            self.release(fresh);
+            self.release(&mut fresh);
         }
+        self.put_bufs(out, fresh);
         result
     }
 
@@ -257,7 +322,8 @@ impl Server {
     ) -> Result<Response> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        if let Some(d) = self.lookup(&p, name)? {
+        let (found, space) = self.probe(&p, name)?;
+        if let Some(d) = found {
             if excl {
                 return Err(Error::EEXIST);
             }
@@ -270,7 +336,8 @@ impl Server {
                 created: false,
             });
         }
-        let handle = self.make_node(c, parent, name, S_IFREG | (mode & 0o7777), None)?;
+        let mode = S_IFREG | (mode & 0o7777);
+        let handle = self.make_node(c, parent, (&p, space), name, mode, None)?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -284,7 +351,9 @@ impl Server {
         name: &[u8],
         mode: u32,
     ) -> Result<Response> {
-        let handle = self.make_node(c, parent, name, S_IFDIR | (mode & 0o1777), None)?;
+        let (p, space) = self.parent_of_new(parent, name)?;
+        let mode = S_IFDIR | (mode & 0o1777);
+        let handle = self.make_node(c, parent, (&p, space), name, mode, None)?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -304,7 +373,8 @@ impl Server {
         if target.len() >= libc::PATH_MAX as usize || target.contains(&0) {
             return Err(Error::ENAMETOOLONG);
         }
-        let handle = self.make_node(c, parent, name, S_IFLNK | 0o777, Some(target))?;
+        let (p, space) = self.parent_of_new(parent, name)?;
+        let handle = self.make_node(c, parent, (&p, space), name, S_IFLNK | 0o777, Some(target))?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -334,17 +404,17 @@ impl Server {
         if t.nlink >= LINK_MAX {
             return Err(Error::EMLINK);
         }
-        let places = self.find_places(&[(parent.ino, name)])?;
+        let (places, _) = self.find_places(&[(parent.ino, name)], None)?;
         let now = self.now();
-        let mut out = Vec::with_capacity(16);
-        let mut fresh = Vec::new();
+        let (mut out, mut fresh) = self.take_bufs();
         if let Err(e) = self.stage(
             &[(parent.ino, name, target.ino, ftype_of(t.mode))],
-            places,
+            &places,
             &mut out,
             &mut fresh,
         ) {
-            self.release(fresh);
+            self.release(&mut fresh);
+            self.put_bufs(out, fresh);
             return Err(e);
         }
         self.pool.fence();
@@ -352,7 +422,9 @@ impl Server {
         out.push(self.set64(target.ino, field::CTIME, now as u64));
         out.push(self.set64(parent.ino, field::SIZE, p.size + 1));
         self.touch(parent.ino, now, &mut out);
-        self.commit(&out, &[parent.ino, target.ino])?;
+        let r = self.commit(&out, &[parent.ino, target.ino]);
+        self.put_bufs(out, fresh);
+        r?;
         Ok(Response::Entry {
             handle: target,
             created: true,
@@ -360,26 +432,28 @@ impl Server {
     }
 
     /// Drop one name of `ino`; if that was its last name and nobody has it open, also free
-    /// it in the same record and return what to retire after the commit.
+    /// it in the same record and add what to retire after the commit to `retired`.
     fn drop_link(
         &self,
         ino: u64,
         d: &InodeData,
         now: i64,
         out: &mut Vec<Entry>,
-    ) -> Result<Vec<Item>> {
+        retired: &mut Vec<Item>,
+    ) -> Result<()> {
         let nlink = if d.is_dir() {
             0
         } else {
             d.nlink.saturating_sub(1)
         };
+        if nlink == 0 && !self.is_open(ino) {
+            // The slot is freed by this record: its link count and ctime are dead (every
+            // reader tests the mode first; an inode made in the slot gets a whole record).
+            return self.stage_free((ino, d), out, retired);
+        }
         out.push(self.set32(ino, field::NLINK, nlink));
         out.push(self.set64(ino, field::CTIME, now as u64));
-        if nlink == 0 && !self.is_open(ino) {
-            self.stage_free(ino, out)
-        } else {
-            Ok(Vec::new())
-        }
+        Ok(())
     }
 
     pub(super) fn unlink(
@@ -412,16 +486,21 @@ impl Server {
         perm::check(c, &p, W | X)?;
         perm::check_sticky(c, &p, &t)?;
         let now = self.now();
-        let mut out = vec![dir::remove_entry(&de)];
+        let (mut out, mut retired) = self.take_bufs();
+        out.push(dir::remove_entry(&de));
         out.push(self.set64(parent.ino, field::SIZE, p.size - 1));
         if rmdir {
             out.push(self.set32(parent.ino, field::NLINK, p.nlink - 1));
         }
         self.touch(parent.ino, now, &mut out);
-        let retired = self.drop_link(de.ino, &t, now, &mut out)?;
-        self.commit(&out, &[parent.ino, de.ino])?;
-        self.retire(&retired);
-        Ok(Response::Done)
+        let r = self
+            .drop_link(de.ino, &t, now, &mut out, &mut retired)
+            .and_then(|()| self.commit(&out, &[parent.ino, de.ino]));
+        if r.is_ok() {
+            self.retire(&retired);
+        }
+        self.put_bufs(out, retired);
+        r.map(|()| Response::Done)
     }
 
     /// True if `anc` is `ino` or one of its ancestors.
@@ -462,11 +541,11 @@ impl Server {
             check_name(n)
         };
         let sp = self.dir_inode(from)?;
-        let dp = self.dir_inode(to)?;
+        let dp = if to == from { sp } else { self.dir_inode(to)? };
         valid(fname)?;
         let sd = self.lookup(&sp, fname)?.ok_or(Error::ENOENT)?;
         valid(tname)?;
-        let dd = self.lookup(&dp, tname)?;
+        let (dd, tspace) = self.probe(&dp, tname)?;
         if exchange && dd.is_none() {
             return Err(Error::ENOENT);
         }
@@ -520,80 +599,117 @@ impl Server {
             return Err(Error::EMLINK);
         }
 
-        let mut wants: Vec<(u64, &[u8])> = vec![(to.ino, tname)];
-        if exchange {
-            wants.push((from.ino, fname));
-        }
-        let places = self.find_places(&wants)?;
-        // Splits may have moved entries: look them up again.
-        let sp = self.read_inode(from.ino);
-        let dp = self.read_inode(to.ino);
-        let sd = self.lookup(&sp, fname)?.ok_or(Error::EIO)?;
-        let dd = self.lookup(&dp, tname)?;
+        let wants = [(to.ino, tname), (from.ino, fname)];
+        // Nothing has changed since the probe of the new name.
+        let first = Some(tspace);
+        let (places, split) = self.find_places(&wants[..1 + exchange as usize], first)?;
+        // Splits may have moved entries: look them up again (else nothing has changed).
+        let (sd, dd) = if split {
+            let sp = self.read_inode(from.ino);
+            let dp = self.read_inode(to.ino);
+            let sd = self.lookup(&sp, fname)?.ok_or(Error::EIO)?;
+            (sd, self.lookup(&dp, tname)?)
+        } else {
+            (sd, dd)
+        };
 
         let now = self.now();
-        let mut out = Vec::with_capacity(16);
-        let mut fresh = Vec::new();
-        let mut staged = vec![(to.ino, tname, sd.ino, ftype_of(s.mode))];
+        let (mut out, mut fresh) = self.take_bufs();
+        let mut staged = [(to.ino, tname, sd.ino, ftype_of(s.mode)); MAX_STAGED];
+        let mut nstaged = 1;
         if let (true, Some(dd), Some(d)) = (exchange, &dd, &d) {
-            staged.push((from.ino, fname, dd.ino, ftype_of(d.mode)));
+            staged[1] = (from.ino, fname, dd.ino, ftype_of(d.mode));
+            nstaged = 2;
         }
-        if let Err(e) = self.stage(&staged, places, &mut out, &mut fresh) {
-            self.release(fresh);
+        if let Err(e) = self.stage(&staged[..nstaged], &places, &mut out, &mut fresh) {
+            self.release(&mut fresh);
+            self.put_bufs(out, fresh);
             return Err(e);
         }
         self.pool.fence();
-        out.push(dir::remove_entry(&sd));
-        if let Some(dd) = &dd {
+        // The fresh pages are now part of the operation; the buffer collects what to retire.
+        let mut retired = fresh;
+        retired.clear();
+        let r = self.rename_record(
+            (from, to),
+            (&sd, &s),
+            (dd.as_ref(), d.as_ref()),
+            exchange,
+            now,
+            (&mut out, &mut retired),
+        );
+        let r = r.and_then(|()| {
+            let inos = [from.ino, to.ino, sd.ino, dd.as_ref().map_or(0, |x| x.ino)];
+            self.commit(&out, &inos)
+        });
+        if r.is_ok() {
+            self.retire(&retired);
+        }
+        self.put_bufs(out, retired);
+        r.map(|()| Response::Done)
+    }
+
+    /// The stores of a rename after its new entries are staged: remove the old entries,
+    /// update the counters, parents and times (into `out`); what a replaced inode frees goes
+    /// to `retired`.
+    fn rename_record(
+        &self,
+        (from, to): (Handle, Handle),
+        (sd, s): (&Found, &InodeData),
+        (dd, d): (Option<&Found>, Option<&InodeData>),
+        exchange: bool,
+        now: i64,
+        (out, retired): (&mut Vec<Entry>, &mut Vec<Item>),
+    ) -> Result<()> {
+        let moving = from.ino != to.ino;
+        out.push(dir::remove_entry(sd));
+        if let Some(dd) = dd {
             out.push(dir::remove_entry(dd));
         }
-
         let mut ch = DirChanges::default();
-        let mut retired = Vec::new();
         if !exchange {
-            *ch.size.entry(from.ino).or_default() -= 1;
-            *ch.size.entry(to.ino).or_default() += 1;
+            ch.size.add(from.ino, -1);
+            ch.size.add(to.ino, 1);
             if s.is_dir() && moving {
-                *ch.nlink.entry(from.ino).or_default() -= 1;
-                *ch.nlink.entry(to.ino).or_default() += 1;
+                ch.nlink.add(from.ino, -1);
+                ch.nlink.add(to.ino, 1);
                 out.push(self.set64(sd.ino, field::PARENT, to.ino));
             }
-            if let (Some(dd), Some(d)) = (&dd, &d) {
-                *ch.size.entry(to.ino).or_default() -= 1;
+            if let (Some(dd), Some(d)) = (dd, d) {
+                ch.size.add(to.ino, -1);
                 if d.is_dir() {
-                    *ch.nlink.entry(to.ino).or_default() -= 1;
+                    ch.nlink.add(to.ino, -1);
                 }
-                retired = self.drop_link(dd.ino, d, now, &mut out)?;
+                self.drop_link(dd.ino, d, now, out, retired)?;
             }
-        } else if let (Some(dd), Some(d)) = (&dd, &d) {
+        } else if let (Some(dd), Some(d)) = (dd, d) {
             if moving {
                 if s.is_dir() {
-                    *ch.nlink.entry(from.ino).or_default() -= 1;
-                    *ch.nlink.entry(to.ino).or_default() += 1;
+                    ch.nlink.add(from.ino, -1);
+                    ch.nlink.add(to.ino, 1);
                     out.push(self.set64(sd.ino, field::PARENT, to.ino));
                 }
                 if d.is_dir() {
-                    *ch.nlink.entry(to.ino).or_default() -= 1;
-                    *ch.nlink.entry(from.ino).or_default() += 1;
+                    ch.nlink.add(to.ino, -1);
+                    ch.nlink.add(from.ino, 1);
                     out.push(self.set64(dd.ino, field::PARENT, from.ino));
                 }
             }
             out.push(self.set64(dd.ino, field::CTIME, now as u64));
         }
-        for (&ino, &delta) in &ch.size {
+        for (ino, delta) in ch.size.iter() {
             let cur = self.read_inode(ino).size as i64;
             out.push(self.set64(ino, field::SIZE, (cur + delta) as u64));
         }
-        for (&ino, &delta) in &ch.nlink {
+        for (ino, delta) in ch.nlink.iter() {
             let cur = self.read_inode(ino).nlink as i64;
             out.push(self.set32(ino, field::NLINK, (cur + delta) as u32));
         }
-        self.touch(from.ino, now, &mut out);
-        self.touch(to.ino, now, &mut out);
+        self.touch(from.ino, now, out);
+        if moving {
+            self.touch(to.ino, now, out);
+        }
         out.push(self.set64(sd.ino, field::CTIME, now as u64));
-        let inos = [from.ino, to.ino, sd.ino, dd.as_ref().map_or(0, |x| x.ino)];
-        self.commit(&out, &inos)?;
-        self.retire(&retired);
-        Ok(Response::Done)
+        Ok(())
     }
 }
