@@ -68,6 +68,8 @@ pub struct Server {
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: FastMap<u64, u32>,
     reservations: FastMap<ClientId, FastSet<u64>>,
+    /// Reused lists of write commits.
+    scratch: data::Scratch,
     /// Open handles per client, released when the client goes away.
     opened_by: FastMap<ClientId, FastMap<u64, Opens>>,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
@@ -106,6 +108,7 @@ impl Server {
             checkpoints: 0,
             open: FastMap::default(),
             reservations: FastMap::default(),
+            scratch: data::Scratch::default(),
             opened_by: FastMap::default(),
             created: FastMap::default(),
             reclaim_at: RECLAIM_BATCH,
@@ -213,10 +216,7 @@ impl Server {
                 pages,
                 end,
                 check,
-            } => {
-                self.check_writer(client, target)?;
-                self.commit_write(client, target, &pages, end, check.as_ref())
-            }
+            } => self.commit_write(client, target, &pages, end, check.as_ref()),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
             Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
