@@ -67,23 +67,36 @@ impl Server {
         self.reservations
             .entry(client)
             .or_default()
-            .extend(pages.iter().copied());
+            .insert(pages.iter().copied());
         Ok(Response::Pages(pages))
     }
 
     pub(super) fn unreserve(&mut self, client: ClientId, pages: &[u64]) -> Result<Response> {
-        let set = self.reservations.entry(client).or_default();
-        if pages.iter().any(|p| !set.contains(p)) {
-            return Err(Error::with_msg(
-                libc::EINVAL,
-                "page not reserved by this client",
-            ));
-        }
+        self.take_reserved(
+            client,
+            pages.iter().copied(),
+            "page not reserved by this client",
+        )?;
         for p in pages {
-            set.remove(p);
             self.alloc.release_now(Item::DataPage(*p));
         }
         Ok(Response::Done)
+    }
+
+    /// Take pages out of a client's reservation: all of them, or none and EINVAL (`what`)
+    /// if one is not reserved by the client or is named twice.
+    fn take_reserved(
+        &mut self,
+        client: ClientId,
+        pages: impl IntoIterator<Item = u64> + Clone,
+        what: &'static str,
+    ) -> Result<()> {
+        if let Some(r) = self.reservations.get_mut(&client)
+            && r.take(pages)
+        {
+            return Ok(());
+        }
+        Err(Error::with_msg(libc::EINVAL, what))
     }
 
     /// `Request::CommitWrite`, also called directly (with no owned list of pages) by a
@@ -110,18 +123,14 @@ impl Server {
         if end > MAX_FILE_SIZE {
             return Err(Error::EFBIG);
         }
-        let owned = self.reservations.get(&client);
-        // Page numbers strictly ascending (as the client writes them): no page twice, and
-        // the checks below can search the list instead of building a set per write.
+        // Page numbers strictly ascending (as the client writes them): no page number
+        // twice, and the checks below can search the list instead of building a set.
         let mut prev = None;
-        for &(pg, page) in pages {
-            if pg >= MAX_FILE_SIZE / PAGE
-                || prev.is_some_and(|p| pg <= p)
-                || !owned.is_some_and(|s| s.contains(&page))
-            {
+        for &(pg, _) in pages {
+            if pg >= MAX_FILE_SIZE / PAGE || prev.is_some_and(|p| pg <= p) {
                 return Err(Error::with_msg(
                     libc::EINVAL,
-                    "write commit names a page it does not own",
+                    "write commit names page numbers out of order or out of range",
                 ));
             }
             if pg >= end.div_ceil(PAGE) {
@@ -132,9 +141,34 @@ impl Server {
             }
             prev = Some(pg);
         }
-        self.check_end(&d, pages, end, check)?;
+        // The data pages must be the client's reserved ones, each named once. They leave the
+        // reservation now and go back to it if the commit fails.
+        let data_pages = pages.iter().map(|p| p.1);
+        let what = "write commit names a page it does not own";
+        self.take_reserved(client, data_pages.clone(), what)?;
+        let committed = self.commit_pages(h, &d, pages, end, check);
+        if committed.is_err() {
+            self.reservations
+                .entry(client)
+                .or_default()
+                .insert(data_pages);
+        }
+        committed
+    }
+
+    /// Map `pages` into the file and set its size to at least `end`: a write commit whose
+    /// page numbers and data pages have been checked.
+    fn commit_pages(
+        &mut self,
+        h: Handle,
+        d: &InodeData,
+        pages: &[(u64, u64)],
+        end: u64,
+        check: Option<&WriteCheck>,
+    ) -> Result<Response> {
+        self.check_end(d, pages, end, check)?;
         if let Some(c) = check {
-            self.check_write(&d, pages, end, c)?;
+            self.check_write(d, pages, end, c)?;
         }
         // The lists a commit fills are kept from one commit to the next (an error drops
         // them: the next commit allocates anew).
@@ -143,9 +177,9 @@ impl Server {
             mut out,
             mut items,
         } = std::mem::take(&mut self.scratch);
-        self.plan_index(&d, pages, &mut plan)?;
+        self.plan_index(d, pages, &mut plan)?;
         out.clear();
-        self.push_plan(h.ino, &d, &mut plan, &mut out);
+        self.push_plan(h.ino, d, &mut plan, &mut out);
         let new_blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;
         if new_blocks != d.blocks {
             out.push(self.set64(h.ino, field::BLOCKS, new_blocks));
@@ -158,11 +192,6 @@ impl Server {
         if let Err(e) = self.commit(&out, &[h.ino]) {
             self.release_nodes(&plan.new_nodes);
             return Err(e);
-        }
-        if let Some(set) = self.reservations.get_mut(&client) {
-            for (_, p) in pages {
-                set.remove(p);
-            }
         }
         items.clear();
         items.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));

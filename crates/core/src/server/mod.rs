@@ -10,10 +10,10 @@ mod fsck;
 pub use fsck::FsckReport;
 mod namespace;
 
-use crate::alloc::{Allocator, Item};
+use crate::alloc::{Allocator, Item, Reserved};
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
-use crate::fasthash::{FastMap, FastSet};
+use crate::fasthash::FastMap;
 use crate::inode::{self, InodeData, field};
 use crate::layout::{Geometry, Superblock, now_ns};
 use crate::oplog::{self, Entry, Log, LogHead};
@@ -67,7 +67,7 @@ pub struct Server {
     checkpoints: u64,
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: FastMap<u64, u32>,
-    reservations: FastMap<ClientId, FastSet<u64>>,
+    reservations: FastMap<ClientId, Reserved>,
     /// Reused lists of write commits.
     scratch: data::Scratch,
     /// Open handles per client, released when the client goes away.
@@ -145,7 +145,7 @@ impl Server {
 
     /// Pages reserved by clients and not yet committed.
     pub fn reserved_pages(&self) -> impl Iterator<Item = u64> + '_ {
-        self.reservations.values().flatten().copied()
+        self.reservations.values().flat_map(Reserved::pages)
     }
 
     pub fn handle(&mut self, client: ClientId, creds: &Creds, req: Request) -> Result<Response> {
@@ -613,7 +613,7 @@ impl Server {
     /// A client is gone: give back its reservations.
     pub fn disconnect(&mut self, client: ClientId) {
         if let Some(pages) = self.reservations.remove(&client) {
-            for p in pages {
+            for p in pages.pages() {
                 self.alloc.release_now(Item::DataPage(p));
             }
         }
