@@ -91,3 +91,20 @@ fn appends_of_odd_sizes_match_a_model() {
     drop(f);
     assert_clean(&fs);
 }
+
+#[test]
+fn a_write_in_place_needs_no_reservation() {
+    // After a remount the client has reserved nothing; a write beyond the end of file that
+    // fits in the last page is made in place and commits no page.
+    let (p, fs) = new_fs("write-in-place", 16);
+    fs.write_file("/f", &pattern(1, 5000)).unwrap();
+    let fs = remount(&p, fs);
+    let opts = OpenOptions::new().write(true).append(true);
+    let f = fs.open_file("/f", &opts).unwrap();
+    assert_eq!(f.write_at(b"xy", 0).unwrap(), 2);
+    drop(f);
+    let mut want = pattern(1, 5000);
+    want.extend_from_slice(b"xy");
+    assert_eq!(fs.read_file("/f").unwrap(), want);
+    assert_clean(&fs);
+}

@@ -91,12 +91,17 @@ impl Server {
         pages: impl IntoIterator<Item = u64> + Clone,
         what: &'static str,
     ) -> Result<()> {
-        if let Some(r) = self.reservations.get_mut(&client)
-            && r.take(pages)
-        {
-            return Ok(());
+        let taken = match self.reservations.get_mut(&client) {
+            Some(r) => r.take(pages),
+            // A client that never reserved may still commit no pages (a write in place
+            // beyond the end of file).
+            None => pages.into_iter().next().is_none(),
+        };
+        if taken {
+            Ok(())
+        } else {
+            Err(Error::with_msg(libc::EINVAL, what))
         }
-        Err(Error::with_msg(libc::EINVAL, what))
     }
 
     /// `Request::CommitWrite`, also called directly (with no owned list of pages) by a
