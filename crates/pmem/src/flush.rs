@@ -171,16 +171,51 @@ unsafe fn stream_copy_sse2(dst: *mut u8, src: *const u8, len: usize) {
     }
 }
 
-/// `stream_copy` with 32-byte loads and stores.
+/// `stream_copy` with 32-byte loads and stores, four cache lines per step while
+/// they last. Written as one `asm!` block per step: the intrinsic non-temporal store
+/// takes its address in a register, which costs an address computation per store.
 ///
 /// # Safety
 /// As `stream_copy`; the CPU must support AVX.
 #[target_feature(enable = "avx")]
 unsafe fn stream_copy_avx(dst: *mut u8, src: *const u8, len: usize) {
     let mut i = 0;
+    while i + 256 <= len {
+        // SAFETY: `i + 256 <= len`, so all 256 bytes read and written are in the
+        // caller's ranges; `dst + i` is 64-byte aligned, so every store is 32-byte
+        // aligned as `vmovntdq` needs; `vmovdqu` loads need no alignment. The block
+        // touches no other memory and no stack.
+        unsafe {
+            asm!(
+                "vmovdqu {a}, [{s}]",
+                "vmovdqu {b}, [{s} + 32]",
+                "vmovdqu {c}, [{s} + 64]",
+                "vmovdqu {e}, [{s} + 96]",
+                "vmovntdq [{d}], {a}",
+                "vmovntdq [{d} + 32], {b}",
+                "vmovntdq [{d} + 64], {c}",
+                "vmovntdq [{d} + 96], {e}",
+                "vmovdqu {a}, [{s} + 128]",
+                "vmovdqu {b}, [{s} + 160]",
+                "vmovdqu {c}, [{s} + 192]",
+                "vmovdqu {e}, [{s} + 224]",
+                "vmovntdq [{d} + 128], {a}",
+                "vmovntdq [{d} + 160], {b}",
+                "vmovntdq [{d} + 192], {c}",
+                "vmovntdq [{d} + 224], {e}",
+                s = in(reg) src.add(i),
+                d = in(reg) dst.add(i),
+                a = out(ymm_reg) _,
+                b = out(ymm_reg) _,
+                c = out(ymm_reg) _,
+                e = out(ymm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+        i += 256;
+    }
     while i < len {
-        // SAFETY: `i + 64 <= len`; `dst + i` is 64-byte aligned, so both stores are
-        // 32-byte aligned as `vmovntdq` needs; `src` may be unaligned (`loadu`).
+        // SAFETY: as above, with `i + 64 <= len` (`len` is a multiple of 64).
         unsafe {
             let s = src.add(i).cast::<__m256i>();
             let d = dst.add(i).cast::<__m256i>();
@@ -245,7 +280,7 @@ mod tests {
         }
         for (copy, len) in copies
             .into_iter()
-            .flat_map(|c| [64, 128, 192, 4096, 4096 + 64].map(|n| (c, n)))
+            .flat_map(|c| [64, 128, 192, 256, 320, 4096, 4096 + 192].map(|n| (c, n)))
         {
             let (mut dst, at) = aligned(len + 128);
             // An unaligned source: the loads must not care.
