@@ -68,6 +68,44 @@ pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, height: u32, pgno: u64) ->
     data(geo, p)
 }
 
+/// The data pages holding file pages `start..end` (0 for holes), appended to `out` in order:
+/// `lookup` for each, with one walk from the root per leaf node instead of per page.
+pub fn lookup_range(
+    pool: &Pool,
+    geo: &Geometry,
+    (root, height): (u64, u32),
+    start: u64,
+    end: u64,
+    out: &mut Vec<u64>,
+) -> Result<()> {
+    let mut pg = start;
+    while pg < end {
+        if height == 0 || root == 0 || pg >= capacity(height) || height > MAX_HEIGHT {
+            out.push(lookup(pool, geo, root, height, pg)?);
+            pg += 1;
+            continue;
+        }
+        let stop = end.min((pg / FANOUT + 1) * FANOUT);
+        let mut p = root;
+        for h in (2..=height).rev() {
+            p = pool.load_u64(node(geo, p)? + (pg / span(h)) % FANOUT * 8);
+            if p == 0 {
+                break;
+            }
+        }
+        if p == 0 {
+            out.extend(std::iter::repeat_n(0, (stop - pg) as usize));
+        } else {
+            let leaf = node(geo, p)?;
+            for q in pg..stop {
+                out.push(data(geo, pool.load_u64(leaf + q % FANOUT * 8))?);
+            }
+        }
+        pg = stop;
+    }
+    Ok(())
+}
+
 /// Visit the allocated pages with page numbers in `[start, end)`, in order.
 pub fn for_each_page(
     pool: &Pool,
@@ -271,6 +309,8 @@ pub fn plan_set(
         }
         plan.height += 1;
     }
+    // The leaf node of the last update, by its first page number / FANOUT.
+    let mut leaf_of: Option<(u64, u64)> = None;
     for &(pgno, page) in updates {
         if plan.height == 0 {
             if plan.root != 0 {
@@ -282,29 +322,39 @@ pub fn plan_set(
         if plan.root == 0 {
             plan.root = fresh_node(plan)?;
         }
-        let mut n = plan.root;
-        for h in (1..=plan.height).rev() {
-            let slot = n + ((pgno / span(h)) % FANOUT) * 8;
-            let cur = match last[h as usize] {
-                (s, v) if s == slot => v,
-                _ => pool.load_u64(slot),
-            };
-            if h == 1 {
-                if cur != 0 {
-                    plan.old_pages.push(data(geo, cur)?);
+        let leaf = match leaf_of {
+            Some((base, n)) if base == pgno / FANOUT => n,
+            _ => {
+                let mut n = plan.root;
+                for h in (2..=plan.height).rev() {
+                    let slot = n + ((pgno / span(h)) % FANOUT) * 8;
+                    let cur = match last[h as usize] {
+                        (s, v) if s == slot => v,
+                        _ => pool.load_u64(slot),
+                    };
+                    n = if cur == 0 {
+                        let c = fresh_node(plan)?;
+                        plan.words.push((slot, c));
+                        c
+                    } else {
+                        node(geo, cur)?
+                    };
+                    last[h as usize] = (slot, n);
                 }
-                plan.words.push((slot, page));
-                last[1] = (slot, page);
-            } else if cur == 0 {
-                let c = fresh_node(plan)?;
-                plan.words.push((slot, c));
-                last[h as usize] = (slot, c);
-                n = c;
-            } else {
-                last[h as usize] = (slot, cur);
-                n = node(geo, cur)?;
+                leaf_of = Some((pgno / FANOUT, n));
+                n
             }
+        };
+        let slot = leaf + (pgno % FANOUT) * 8;
+        let cur = match last[1] {
+            (s, v) if s == slot => v,
+            _ => pool.load_u64(slot),
+        };
+        if cur != 0 {
+            plan.old_pages.push(data(geo, cur)?);
         }
+        plan.words.push((slot, page));
+        last[1] = (slot, page);
     }
     Ok(())
 }
@@ -483,6 +533,21 @@ mod plan_tests {
             }
             for pg in [3, 509, 2000, 299_999] {
                 assert_eq!(lookup(&pool, &geo, root.0, root.1, pg).unwrap(), 0);
+            }
+            // Ranges within a leaf, across leaves, over holes and beyond the capacity.
+            for (a, b) in [
+                (0, 1),
+                (0, 3),
+                (500, 1100),
+                (1023, 1025),
+                (299_990, 300_010),
+            ] {
+                let mut got = Vec::new();
+                lookup_range(&pool, &geo, root, a, b, &mut got).unwrap();
+                let want: Vec<u64> = (a..b)
+                    .map(|pg| lookup(&pool, &geo, root.0, root.1, pg).unwrap())
+                    .collect();
+                assert_eq!(got, want, "pages {a}..{b} at height {}", root.1);
             }
         }
         assert_eq!(root.1, 3);

@@ -4,7 +4,7 @@
 use super::{ATOMIC_WRITE_MAX, File};
 use crate::error::{Error, Result};
 use crate::index::{self, MAX_FILE_SIZE};
-use crate::inode::InodeData;
+use crate::inode::{InodeData, field};
 use crate::layout::PAGE;
 use crate::request::WriteCheck;
 use crate::server::zero_range_beyond_eof;
@@ -18,14 +18,21 @@ thread_local! {
 
 #[derive(Default)]
 struct WriteScratch {
-    /// Each page of the write: its page number, its data page now, whether it is copied.
-    pages: Vec<(u64, u64, bool)>,
+    /// Each page of the write (from its first): its data page now, 0 for a hole.
+    old: Vec<u64>,
     /// Fresh pages taken from the reservation, in the order they are used.
     fresh: Vec<u64>,
     /// (page number, fresh page) to commit, page numbers ascending.
     updates: Vec<(u64, u64)>,
     /// A page assembled from old bytes and new.
     buf: Vec<u8>,
+}
+
+/// Whether page `pg` of a write at `off` gets a fresh copy: holes, and pages whose visible
+/// bytes change. With other processes writing the pool, every page is copied: bytes beyond
+/// the end of file are only ours while this process alone writes.
+fn copies(shared: bool, d: &InodeData, off: u64, pg: u64, old: u64) -> bool {
+    shared || old == 0 || off.max(pg * PAGE) < d.size
 }
 
 /// Whole pages of a write going to consecutive pool pages: one copy for all of them.
@@ -73,21 +80,20 @@ impl File {
         }
         let mut done = 0usize;
         let mut pos = off;
+        // Where the last step ended (an append's offset is the end of its own bytes).
+        let mut end = 0;
         while done < data.len() {
             let n = (data.len() - done).min(ATOMIC_WRITE_MAX as usize);
             match self.write_chunk(&data[done..done + n], pos) {
-                Ok(end) => {
+                Ok(e) => {
                     done += n;
-                    pos = pos.map(|_| end);
+                    end = e;
+                    pos = pos.map(|_| e);
                 }
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),
             }
         }
-        let end = match off {
-            Some(o) => o + done as u64,
-            None => self.data().size,
-        };
         Ok((done, end))
     }
 
@@ -123,7 +129,10 @@ impl File {
         // Lock from the page of min(offset, size): the gap between the old end of file and
         // the write is ours to zero. Appends lock to infinity so that they take turns.
         let (_guard, d, off) = loop {
-            let size = self.data().size;
+            // Only a hint (read without the inode's sequence counter): checked below.
+            let size = core
+                .pool
+                .load_u64(core.geo.inode_addr(self.handle.ino) + field::SIZE);
             let start = off.unwrap_or(size).min(size) / PAGE;
             let end = match off {
                 Some(o) => o.saturating_add(data.len() as u64).div_ceil(PAGE),
@@ -148,25 +157,27 @@ impl File {
                 Error::EINVAL
             });
         }
-        // Which pages need a fresh copy: holes, and pages whose visible bytes change. With
-        // other processes writing the pool, every page is copied: bytes beyond the end of
-        // file are only ours while this process alone writes.
         let first = off / PAGE;
         let last = end.div_ceil(PAGE);
-        s.pages.clear();
-        let mut fresh = 0;
-        for pg in first..last {
-            let page = index::lookup(&core.pool, &core.geo, d.root, d.height, pg)?;
-            let ws = off.max(pg * PAGE);
-            let cow = shared || page == 0 || ws < d.size;
-            fresh += cow as usize;
-            s.pages.push((pg, page, cow));
+        s.old.clear();
+        if last - first == 1 {
+            // One page (most writes): the plain walk is shorter.
+            s.old.push(index::lookup(
+                &core.pool, &core.geo, d.root, d.height, first,
+            )?);
+        } else {
+            let tree = (d.root, d.height);
+            index::lookup_range(&core.pool, &core.geo, tree, first, last, &mut s.old)?;
         }
+        let fresh = (first..last)
+            .zip(&s.old)
+            .filter(|&(pg, &old)| copies(shared, &d, off, pg, old))
+            .count();
         fs.take_pages(fresh, &mut s.fresh)?;
         let copied = self.fill_pages(s, &d, data, off, end);
         let check = match copied {
             Ok(()) if shared => Some(WriteCheck {
-                old_pages: s.pages.iter().map(|p| p.1).collect(),
+                old_pages: s.old.clone(),
                 size_seen: d.size,
                 start: off,
             }),
@@ -207,22 +218,23 @@ impl File {
         let core = &*self.fs.core;
         let pool = &core.pool;
         let WriteScratch {
-            pages,
+            old: olds,
             fresh,
             updates,
             buf,
         } = s;
+        let shared = self.fs.pool_is_shared();
         updates.clear();
         let mut fresh = fresh.iter().copied();
         // Whole pages going to consecutive fresh pages are copied as one run.
         let mut run = Run::default();
-        for &(pg, old, cow) in pages.iter() {
+        for (pg, &old) in (off / PAGE..).zip(olds.iter()) {
             let base = pg * PAGE;
             let ws = off.max(base) - base;
             let we = end.min(base + PAGE) - base;
             let at = (base + ws - off) as usize;
             let src = &data[at..(base + we - off) as usize];
-            if !cow {
+            if !copies(shared, d, off, pg, old) {
                 // Beyond the end of file: invisible until the size commits, so in place.
                 pool.copy_nt(old + ws, src);
                 continue;
@@ -246,7 +258,7 @@ impl File {
             pool.copy_nt(new, buf);
         }
         run.copy(pool, data);
-        if !self.fs.pool_is_shared() && off > d.size {
+        if !shared && off > d.size {
             zero_range_beyond_eof(pool, &core.geo, d, d.size, off)?;
         }
         Ok(())
