@@ -3,7 +3,8 @@
 //! repeatable on a noisy machine where timings are not.
 //!
 //! `cargo run --release -p engram-bench --example op_loop -- OP [COUNT]`, OP one of
-//! create, unlink, rename, stat, overwrite, append, append1m, read. With `ENGRAM_SOCKET` set, the
+//! create, unlink, rename, stat, overwrite, overwritesync (+ fdatasync), append, append1m,
+//! overwrite1m, read. With `ENGRAM_SOCKET` set, the
 //! operations go through that `engram serve` daemon (whose pool must have room) instead.
 //! The pool is made in /dev/shm, or in `ENGRAM_POOL_DIR` (a huge-page tmpfs, say, as
 //! `engram bench` uses).
@@ -59,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 fs.stat("/a/b/c/d/e")?;
             }
         }
-        "overwrite" | "read" => {
+        "overwrite" | "overwritesync" | "read" => {
             let f = fs.open_file(
                 "/d/big",
                 &OpenOptions::new().read(true).write(true).create(true),
@@ -75,6 +76,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     f.read_at(&mut buf, off)?;
                 } else {
                     f.write_at(&page, off)?;
+                }
+                if op == "overwritesync" {
+                    f.sync_data()?;
                 }
             }
         }
@@ -99,6 +103,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     f.set_len(0)?;
                 }
                 f.write_next(&big)?;
+            }
+        }
+        "overwrite1m" => {
+            let big = vec![9u8; 1 << 20];
+            let f = fs.open_file(
+                "/d/big",
+                &OpenOptions::new().read(true).write(true).create(true),
+            )?;
+            for m in 0..16u64 {
+                f.write_at(&big, m << 20)?;
+            }
+            for i in 0..count {
+                f.write_at(&big, (i * 7 % 16) << 20)?;
             }
         }
         other => return Err(format!("unknown operation {other}").into()),

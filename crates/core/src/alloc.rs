@@ -285,6 +285,105 @@ impl Allocator {
     }
 }
 
+/// Consecutive pages of `pages` as (first page, count) runs.
+fn runs(pages: impl IntoIterator<Item = u64>) -> impl Iterator<Item = (u64, u64)> {
+    let mut pages = pages.into_iter().peekable();
+    std::iter::from_fn(move || {
+        let start = pages.next()?;
+        let mut n = 1;
+        while start
+            .checked_add(n * PAGE)
+            .is_some_and(|next| pages.next_if_eq(&next).is_some())
+        {
+            n += 1;
+        }
+        Some((start, n))
+    })
+}
+
+/// The data pages one client has reserved and not committed yet, as sorted, disjoint runs
+/// of consecutive pages. A reservation hands out runs and the client uses them in order,
+/// so a client has few runs and a write takes its pages from the front of one: checking
+/// and taking the pages of a write costs a search per run, not a hash lookup per page.
+#[derive(Debug, Default)]
+pub struct Reserved {
+    /// (first page, number of pages), ascending.
+    runs: Vec<(u64, u64)>,
+}
+
+impl Reserved {
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    pub fn pages(&self) -> impl Iterator<Item = u64> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|&(s, n)| (0..n).map(move |i| s + i * PAGE))
+    }
+
+    /// Add pages, none of them reserved already.
+    pub fn insert(&mut self, pages: impl IntoIterator<Item = u64>) {
+        for run in runs(pages) {
+            self.insert_run(run);
+        }
+    }
+
+    fn insert_run(&mut self, (s, n): (u64, u64)) {
+        let i = self.runs.partition_point(|r| r.0 < s);
+        let joins_prev = i > 0 && self.runs[i - 1].0 + self.runs[i - 1].1 * PAGE == s;
+        let joins_next = i < self.runs.len() && s + n * PAGE == self.runs[i].0;
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                self.runs[i - 1].1 += n + self.runs[i].1;
+                self.runs.remove(i);
+            }
+            (true, false) => self.runs[i - 1].1 += n,
+            (false, true) => self.runs[i] = (s, n + self.runs[i].1),
+            (false, false) => self.runs.insert(i, (s, n)),
+        }
+    }
+
+    /// Take `pages` out if every one of them is reserved, each named once; otherwise take
+    /// nothing and return false.
+    pub fn take(&mut self, pages: impl IntoIterator<Item = u64> + Clone) -> bool {
+        for (k, run) in runs(pages.clone()).enumerate() {
+            if !self.take_run(run) {
+                for r in runs(pages).take(k) {
+                    self.insert_run(r);
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    fn take_run(&mut self, (s, n): (u64, u64)) -> bool {
+        // The run that would hold `s`: the last one starting at or before it.
+        let i = self.runs.partition_point(|r| r.0 <= s);
+        let Some(&(rs, rn)) = i.checked_sub(1).and_then(|i| self.runs.get(i)) else {
+            return false;
+        };
+        let (end, rend) = (s.saturating_add(n * PAGE), rs + rn * PAGE);
+        if end > rend || !(s - rs).is_multiple_of(PAGE) {
+            return false;
+        }
+        let r = &mut self.runs[i - 1];
+        match (s == rs, end == rend) {
+            (true, true) => {
+                self.runs.remove(i - 1);
+            }
+            (true, false) => *r = (end, (rend - end) / PAGE),
+            (false, true) => r.1 = (s - rs) / PAGE,
+            (false, false) => {
+                r.1 = (s - rs) / PAGE;
+                self.runs.insert(i, (end, (rend - end) / PAGE));
+            }
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +413,36 @@ mod tests {
         assert_eq!(a.reclaim(6, 0), 1, "data page needs only the epoch");
         assert_eq!(a.reclaim(6, 1), 1, "inode also needs a checkpoint");
         assert_eq!(a.pending(), 0);
+    }
+
+    #[test]
+    fn reserved_pages_are_taken_once_in_runs() {
+        let p = |i: u64| (1 << 20) + i * PAGE;
+        let mut r = Reserved::default();
+        r.insert((0..8).map(p));
+        r.insert([p(20), p(10), p(11)]);
+        r.insert([p(8), p(9)]);
+        assert_eq!(r.runs, [(p(0), 12), (p(20), 1)]);
+        // From the front, from the middle (a split), from the end, across runs.
+        assert!(r.take([p(0)]));
+        assert!(r.take([p(4), p(5), p(20)]));
+        assert!(r.take([p(11)]));
+        assert_eq!(r.runs, [(p(1), 3), (p(6), 5)]);
+        // Not reserved, named twice, not page-aligned, partly reserved: nothing is taken.
+        for bad in [
+            vec![p(0)],
+            vec![p(1), p(1)],
+            vec![p(6), p(7) + 8],
+            vec![p(9), p(10), p(11)],
+            vec![p(2), p(5)],
+        ] {
+            assert!(!r.take(bad.iter().copied()), "{bad:?}");
+            assert_eq!(r.runs, [(p(1), 3), (p(6), 5)], "{bad:?}");
+        }
+        let all: Vec<u64> = r.pages().collect();
+        assert_eq!(all, [1, 2, 3, 6, 7, 8, 9, 10].map(p));
+        assert!(r.take(all.iter().rev().copied()));
+        assert!(r.is_empty());
     }
 
     #[test]

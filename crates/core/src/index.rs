@@ -7,7 +7,6 @@
 //! published.
 
 use crate::error::{Error, Result};
-use crate::fasthash::FastMap;
 use crate::layout::{Geometry, PAGE};
 use crate::oplog::Entry;
 use engram_pmem::Pool;
@@ -111,6 +110,44 @@ fn bad_pointer(p: u64) -> Error {
     ))
 }
 
+/// The data pages holding file pages `start..end` (0 for holes), appended to `out` in order:
+/// `lookup` for each, with one walk from the root per leaf node instead of per page.
+pub fn lookup_range(
+    pool: &Pool,
+    geo: &Geometry,
+    (root, height): (u64, u32),
+    start: u64,
+    end: u64,
+    out: &mut Vec<u64>,
+) -> Result<()> {
+    let mut pg = start;
+    while pg < end {
+        if height == 0 || root == 0 || pg >= capacity(height) || height > MAX_HEIGHT {
+            out.push(lookup(pool, geo, root, height, pg)?);
+            pg += 1;
+            continue;
+        }
+        let stop = end.min((pg / FANOUT + 1) * FANOUT);
+        let mut p = root;
+        for h in (2..=height).rev() {
+            p = pool.load_u64(node(geo, p)? + (pg / span(h)) % FANOUT * 8);
+            if p == 0 {
+                break;
+            }
+        }
+        if p == 0 {
+            out.extend(std::iter::repeat_n(0, (stop - pg) as usize));
+        } else {
+            let leaf = node(geo, p)?;
+            for q in pg..stop {
+                out.push(data(geo, pool.load_u64(leaf + q % FANOUT * 8))?);
+            }
+        }
+        pg = stop;
+    }
+    Ok(())
+}
+
 /// Visit the allocated pages with page numbers in `[start, end)`, in order.
 pub fn for_each_page(
     pool: &Pool,
@@ -212,11 +249,12 @@ fn visit(
     Ok(())
 }
 
-/// Turn single-word stores into as few log entries as possible: consecutive words whose
-/// values step by a constant (page runs, or zeros) become one `Seq`.
-pub fn coalesce(mut words: Vec<(u64, u64)>) -> Vec<Entry> {
-    words.sort_by_key(|w| w.0);
-    let mut out = Vec::new();
+/// Turn single-word stores into as few log entries as possible (appended to `out`):
+/// consecutive words whose values step by a constant (page runs, or zeros) become one `Seq`.
+/// Sorts `words` by offset.
+pub fn coalesce(words: &mut [(u64, u64)], out: &mut Vec<Entry>) {
+    // Mostly sorted already (a write's leaf slots ascend): the sort is then one pass.
+    words.sort_unstable_by_key(|w| w.0);
     let mut i = 0;
     while i < words.len() {
         let (off, start) = words[i];
@@ -243,10 +281,10 @@ pub fn coalesce(mut words: Vec<(u64, u64)>) -> Vec<Entry> {
         }
         i = j;
     }
-    out
 }
 
-/// The result of planning an index update.
+/// The result of planning an index update. Reusable: `plan_set` clears it first, so a
+/// caller that keeps one allocates nothing per update once its lists have grown.
 #[derive(Debug, Default)]
 pub struct Plan {
     pub root: u64,
@@ -261,26 +299,43 @@ pub struct Plan {
     pub old_nodes: Vec<u64>,
 }
 
-/// Plan pointing file pages at new data pages. New nodes come from `alloc_node`, zeroed.
+impl Plan {
+    fn reset(&mut self, root: u64, height: u32) {
+        self.root = root;
+        self.height = height;
+        self.words.clear();
+        self.old_pages.clear();
+        self.new_nodes.clear();
+        self.old_nodes.clear();
+    }
+}
+
+/// Plan pointing file pages at new data pages, into `plan` (cleared first). `updates` must
+/// be in strictly ascending page order (EINVAL otherwise). New nodes come from
+/// `alloc_node`, zeroed; on an error, `plan.new_nodes` lists the nodes taken so far.
 pub fn plan_set(
     pool: &Pool,
     geo: &Geometry,
-    root: u64,
-    height: u32,
+    (root, height): (u64, u32),
     updates: &[(u64, u64)],
     alloc_node: &mut dyn FnMut() -> Result<u64>,
-) -> Result<Plan> {
-    let mut plan = Plan {
-        root,
-        height,
-        ..Plan::default()
-    };
-    let max_pg = updates.iter().map(|u| u.0).max().unwrap_or(0);
-    let need = height_for(max_pg);
+    plan: &mut Plan,
+) -> Result<()> {
+    plan.reset(root, height);
+    if updates.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(Error::with_msg(
+            libc::EINVAL,
+            "index update not in ascending page order",
+        ));
+    }
+    let need = height_for(updates.last().map_or(0, |u| u.0));
     if need > MAX_HEIGHT {
         return Err(Error::EFBIG);
     }
-    let mut overlay: FastMap<u64, u64> = FastMap::default();
+    // The planned value of the slot last visited at each level. Pages ascend, so a slot
+    // left behind is never visited again: one entry per level stands in for a map of every
+    // planned store, and any other slot still holds its value in the pool.
+    let mut last = [(0u64, 0u64); MAX_HEIGHT as usize + 1];
     let mut fresh_node = |plan: &mut Plan| -> Result<u64> {
         let n = alloc_node()?;
         pool.zero_nt(n, PAGE);
@@ -289,12 +344,15 @@ pub fn plan_set(
     };
     while plan.height < need {
         if plan.root != 0 {
-            let n = fresh_node(&mut plan)?;
-            overlay.insert(n, plan.root);
+            let n = fresh_node(plan)?;
+            plan.words.push((n, plan.root));
+            last[plan.height as usize + 1] = (n, plan.root);
             plan.root = n;
         }
         plan.height += 1;
     }
+    // The leaf node of the last update, by its first page number / FANOUT.
+    let mut leaf_of: Option<(u64, u64)> = None;
     for &(pgno, page) in updates {
         if plan.height == 0 {
             if plan.root != 0 {
@@ -304,31 +362,43 @@ pub fn plan_set(
             continue;
         }
         if plan.root == 0 {
-            plan.root = fresh_node(&mut plan)?;
+            plan.root = fresh_node(plan)?;
         }
-        let mut n = plan.root;
-        for h in (1..=plan.height).rev() {
-            let slot = n + ((pgno / span(h)) % FANOUT) * 8;
-            let cur = match overlay.get(&slot) {
-                Some(&v) => v,
-                None => pool.load_u64(slot),
-            };
-            if h == 1 {
-                if cur != 0 {
-                    plan.old_pages.push(data(geo, cur)?);
+        let leaf = match leaf_of {
+            Some((base, n)) if base == pgno / FANOUT => n,
+            _ => {
+                let mut n = plan.root;
+                for h in (2..=plan.height).rev() {
+                    let slot = n + ((pgno / span(h)) % FANOUT) * 8;
+                    let cur = match last[h as usize] {
+                        (s, v) if s == slot => v,
+                        _ => pool.load_u64(slot),
+                    };
+                    n = if cur == 0 {
+                        let c = fresh_node(plan)?;
+                        plan.words.push((slot, c));
+                        c
+                    } else {
+                        node(geo, cur)?
+                    };
+                    last[h as usize] = (slot, n);
                 }
-                overlay.insert(slot, page);
-            } else if cur == 0 {
-                let c = fresh_node(&mut plan)?;
-                overlay.insert(slot, c);
-                n = c;
-            } else {
-                n = node(geo, cur)?;
+                leaf_of = Some((pgno / FANOUT, n));
+                n
             }
+        };
+        let slot = leaf + (pgno % FANOUT) * 8;
+        let cur = match last[1] {
+            (s, v) if s == slot => v,
+            _ => pool.load_u64(slot),
+        };
+        if cur != 0 {
+            plan.old_pages.push(data(geo, cur)?);
         }
+        plan.words.push((slot, page));
+        last[1] = (slot, page);
     }
-    plan.words = overlay.into_iter().collect();
-    Ok(plan)
+    Ok(())
 }
 
 /// Plan dropping every page at or after page number `keep`.
@@ -414,7 +484,11 @@ mod tests {
 
     #[test]
     fn coalesce_runs() {
-        let e = coalesce(vec![(16, 4096), (8, 0), (24, 8192), (32, 12288), (48, 7)]);
+        let mut e = Vec::new();
+        coalesce(
+            &mut [(16, 4096), (8, 0), (24, 8192), (32, 12288), (48, 7)],
+            &mut e,
+        );
         assert_eq!(
             e,
             vec![
@@ -435,5 +509,101 @@ mod tests {
         assert_eq!(height_for(1), 1);
         assert_eq!(height_for(511), 1);
         assert_eq!(height_for(512), 2);
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use crate::alloc::Allocator;
+
+    /// Apply a plan as a commit would: its words, then the new root and height.
+    fn apply(pool: &Pool, plan: &mut Plan, root: &mut (u64, u32)) {
+        let mut out = Vec::new();
+        coalesce(&mut plan.words, &mut out);
+        for e in &out {
+            e.apply(pool);
+        }
+        *root = (plan.root, plan.height);
+    }
+
+    #[test]
+    fn plan_set_builds_a_tree_lookup_agrees_with() {
+        let geo = Geometry::for_size(64 << 20).unwrap();
+        let pool = Pool::anonymous(64 << 20).unwrap();
+        let mut alloc = Allocator::empty(&geo);
+        let mut data = Vec::new();
+        alloc.alloc_data_pages(3000, &mut data);
+        let mut model = std::collections::BTreeMap::new();
+        let mut root = (0u64, 0u32);
+        let mut plan = Plan::default();
+        let mut next = data.into_iter();
+        // Page 0 alone (height 0), growth by two levels at once, runs crossing leaf
+        // nodes, sparse pages, and overwrites of pages already mapped.
+        let writes: Vec<Vec<u64>> = vec![
+            vec![0],
+            vec![0],
+            vec![1, 2, 600],
+            vec![510, 511, 512, 513, 1023, 1024],
+            vec![300_000],
+            (1000..1600).collect(),
+            vec![0, 511, 300_000],
+        ];
+        for pgs in writes {
+            let updates: Vec<(u64, u64)> = pgs.iter().map(|&p| (p, next.next().unwrap())).collect();
+            plan_set(
+                &pool,
+                &geo,
+                root,
+                &updates,
+                &mut || Ok(alloc.alloc_meta_page().unwrap()),
+                &mut plan,
+            )
+            .unwrap();
+            let mut old = plan.old_pages.clone();
+            let mut expect_old: Vec<u64> = updates
+                .iter()
+                .filter_map(|u| model.get(&u.0).copied())
+                .collect();
+            old.sort_unstable();
+            expect_old.sort_unstable();
+            assert_eq!(old, expect_old);
+            apply(&pool, &mut plan, &mut root);
+            model.extend(updates.iter().copied());
+            for (&pg, &page) in &model {
+                assert_eq!(lookup(&pool, &geo, root.0, root.1, pg).unwrap(), page);
+            }
+            for pg in [3, 509, 2000, 299_999] {
+                assert_eq!(lookup(&pool, &geo, root.0, root.1, pg).unwrap(), 0);
+            }
+            // Ranges within a leaf, across leaves, over holes and beyond the capacity.
+            for (a, b) in [
+                (0, 1),
+                (0, 3),
+                (500, 1100),
+                (1023, 1025),
+                (299_990, 300_010),
+            ] {
+                let mut got = Vec::new();
+                lookup_range(&pool, &geo, root, a, b, &mut got).unwrap();
+                let want: Vec<u64> = (a..b)
+                    .map(|pg| lookup(&pool, &geo, root.0, root.1, pg).unwrap())
+                    .collect();
+                assert_eq!(got, want, "pages {a}..{b} at height {}", root.1);
+            }
+        }
+        assert_eq!(root.1, 3);
+    }
+
+    #[test]
+    fn plan_set_refuses_pages_out_of_order() {
+        let geo = Geometry::for_size(8 << 20).unwrap();
+        let pool = Pool::anonymous(8 << 20).unwrap();
+        let mut plan = Plan::default();
+        let mut no_nodes = || -> Result<u64> { Err(Error::ENOSPC) };
+        for updates in [[(2, 0), (1, 0)], [(1, 0), (1, 0)]] {
+            let e = plan_set(&pool, &geo, (0, 0), &updates, &mut no_nodes, &mut plan);
+            assert_eq!(e.unwrap_err().errno(), libc::EINVAL);
+        }
     }
 }

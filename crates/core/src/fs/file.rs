@@ -1,14 +1,15 @@
 //! Open files: lock-free reads, copy-on-write writes into reserved pages, and the `std::io`
 //! traits.
 
+mod write;
+
 use super::{Fs, Metadata, ReadDir};
 use crate::error::{Error, Result};
-use crate::index::{self, MAX_FILE_SIZE};
+use crate::index;
 use crate::inode::{self, InodeData};
 use crate::layout::PAGE;
 use crate::range_lock::RangeLock;
-use crate::request::{Handle, Request, SetAttr, SetTime, WriteCheck};
-use crate::server::zero_range_beyond_eof;
+use crate::request::{Handle, Request, SetAttr, SetTime};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::{Arc, Mutex};
 
@@ -231,164 +232,6 @@ impl File {
     pub fn write_at(&self, data: &[u8], off: u64) -> Result<usize> {
         self.write_inner(data, if self.opts.append { None } else { Some(off) })
             .map(|(n, _)| n)
-    }
-
-    /// Write `data` at `off` (or at the end of file for None); returns bytes written and
-    /// where the write ended. A write larger than `ATOMIC_WRITE_MAX` is a series of atomic
-    /// steps: if a later step fails (ENOSPC, EFBIG, …) the steps before it stay written and
-    /// their length is returned (a short write, as POSIX has it); the error is returned
-    /// only when nothing was written.
-    fn write_inner(&self, data: &[u8], off: Option<u64>) -> Result<(usize, u64)> {
-        if !self.opts.write {
-            return Err(Error::EBADF);
-        }
-        if data.is_empty() {
-            return Ok((0, off.unwrap_or_else(|| self.data().size)));
-        }
-        let mut done = 0usize;
-        let mut pos = off;
-        while done < data.len() {
-            let n = (data.len() - done).min(ATOMIC_WRITE_MAX as usize);
-            match self.write_chunk(&data[done..done + n], pos) {
-                Ok(end) => {
-                    done += n;
-                    pos = pos.map(|_| end);
-                }
-                Err(_) if done > 0 => break,
-                Err(e) => return Err(e),
-            }
-        }
-        let end = match off {
-            Some(o) => o + done as u64,
-            None => self.data().size,
-        };
-        Ok((done, end))
-    }
-
-    /// One atomic write; returns where it ended. When other processes share the pool, a
-    /// commit that raced with another process's write is refused and redone.
-    fn write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
-        loop {
-            match self.try_write_chunk(data, off) {
-                Err(e) if e.errno() == libc::EAGAIN => std::thread::yield_now(),
-                other => return other,
-            }
-        }
-    }
-
-    fn try_write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
-        let fs = &self.fs;
-        let core = &*fs.core;
-        let shared = fs.pool_is_shared();
-        let lock = &self.lock;
-        // Lock from the page of min(offset, size): the gap between the old end of file and
-        // the write is ours to zero. Appends lock to infinity so that they take turns.
-        let (_guard, d, off) = loop {
-            let size = self.data().size;
-            let start = off.unwrap_or(size).min(size) / PAGE;
-            let end = match off {
-                Some(o) => o.saturating_add(data.len() as u64).div_ceil(PAGE),
-                None => u64::MAX,
-            };
-            let guard = lock.lock(start, end);
-            let d = self.data();
-            if d.size < start * PAGE {
-                continue;
-            }
-            let off = off.unwrap_or(d.size);
-            break (guard, d, off);
-        };
-        let end = off
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(Error::EFBIG)?;
-        if !d.is_reg() {
-            return Err(if d.is_dir() {
-                Error::EISDIR
-            } else {
-                Error::EINVAL
-            });
-        }
-        // Which pages need a fresh copy: holes, and pages whose visible bytes change. With
-        // other processes writing the pool, every page is copied: bytes beyond the end of
-        // file are only ours while this process alone writes.
-        let first = off / PAGE;
-        let last = end.div_ceil(PAGE);
-        let mut existing = Vec::with_capacity((last - first) as usize);
-        let mut fresh = 0;
-        for pg in first..last {
-            let page = index::lookup(&core.pool, &core.geo, d.root, d.height, pg)?;
-            let ws = off.max(pg * PAGE);
-            let cow = shared || page == 0 || ws < d.size;
-            fresh += cow as usize;
-            existing.push((pg, page, cow));
-        }
-        let mut pages = fs.take_pages(fresh)?.into_iter();
-        let mut updates = Vec::with_capacity(fresh);
-        let mut old_pages = Vec::with_capacity(fresh);
-        let mut scratch = Vec::new();
-        for &(pg, old, cow) in &existing {
-            let base = pg * PAGE;
-            let ws = off.max(base) - base;
-            let we = end.min(base + PAGE) - base;
-            let src = &data[(base + ws - off) as usize..(base + we - off) as usize];
-            if !cow {
-                // Beyond the end of file: invisible until the size commits, so in place.
-                core.pool.copy_nt(old + ws, src);
-                continue;
-            }
-            let new = pages.next().ok_or(Error::EIO)?;
-            if ws == 0 && we == PAGE {
-                core.pool.copy_nt(new, src);
-            } else {
-                scratch.resize(PAGE as usize, 0);
-                if old == 0 {
-                    scratch.fill(0);
-                } else {
-                    core.pool.read(old, &mut scratch);
-                    // Old bytes between the end of file and the write must read as zeros.
-                    let gap = d.size.clamp(base, base + ws) - base;
-                    scratch[gap as usize..ws as usize].fill(0);
-                }
-                scratch[ws as usize..we as usize].copy_from_slice(src);
-                core.pool.copy_nt(new, &scratch);
-            }
-            updates.push((pg, new));
-            old_pages.push(old);
-        }
-        let check = if shared {
-            Some(WriteCheck {
-                old_pages,
-                size_seen: d.size,
-                start: off,
-            })
-        } else {
-            if off > d.size {
-                zero_range_beyond_eof(&core.pool, &core.geo, &d, d.size, off)?;
-            }
-            None
-        };
-        let new_pages: Vec<u64> = updates.iter().map(|u| u.1).collect();
-        if let Err(e) = core.pool.try_fence() {
-            // The data may not be durable: commit nothing. The server sees the same failure
-            // at its next durability point.
-            fs.untake_pages(new_pages);
-            return Err(Error::with_msg(
-                libc::EIO,
-                format!("writing file data back to the pool failed: {e}"),
-            ));
-        }
-        let req = Request::CommitWrite {
-            target: self.handle,
-            pages: updates,
-            end,
-            check,
-        };
-        if let Err(e) = fs.call(req) {
-            fs.untake_pages(new_pages);
-            return Err(e);
-        }
-        Ok(end)
     }
 
     /// Change the size (ftruncate).

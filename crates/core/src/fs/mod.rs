@@ -21,7 +21,7 @@ use crate::layout::{Geometry, ROOT_INO, Superblock};
 use crate::perm::Creds;
 use crate::range_lock::RangeLock;
 use crate::recovery;
-use crate::request::{Handle, Request, Response};
+use crate::request::{Handle, Request, Response, WriteCheck};
 use crate::server::{ClientId, FsckReport, Server, Shared};
 use engram_pmem::{Media, Pool};
 use std::path::Path;
@@ -253,6 +253,28 @@ impl Fs {
         }
     }
 
+    /// Commit a write: `Request::CommitWrite`, with no owned copy of the page list when
+    /// the server is in this process.
+    pub(crate) fn commit_write(
+        &self,
+        target: Handle,
+        pages: &[(u64, u64)],
+        end: u64,
+        check: Option<WriteCheck>,
+    ) -> Result<Response> {
+        match &self.core.transport {
+            Transport::InProcess(m) => {
+                lock(m).commit_write(IN_PROCESS_CLIENT, target, pages, end, check.as_ref())
+            }
+            Transport::Remote(r) => r.call(&Request::CommitWrite {
+                target,
+                pages: pages.to_vec(),
+                end,
+                check,
+            }),
+        }
+    }
+
     pub(crate) fn call_entry(&self, req: Request) -> Result<(Handle, bool)> {
         match self.call(req)? {
             Response::Entry { handle, created } => Ok((handle, created)),
@@ -269,8 +291,9 @@ impl Fs {
         Ok(())
     }
 
-    /// `n` reserved pages, ascending where the reservation allows.
-    pub(crate) fn take_pages(&self, n: usize) -> Result<Vec<u64>> {
+    /// `n` reserved pages into `out` (cleared first), ascending where the reservation allows.
+    pub(crate) fn take_pages(&self, n: usize, out: &mut Vec<u64>) -> Result<()> {
+        out.clear();
         let mut r = lock(&self.core.reserve);
         while r.len() < n {
             let want = (n - r.len()) as u64;
@@ -289,9 +312,8 @@ impl Fs {
             }
         }
         let at = r.len() - n;
-        let mut out = r.split_off(at);
-        out.reverse();
-        Ok(out)
+        out.extend(r.drain(at..).rev());
+        Ok(())
     }
 
     /// Fault freshly reserved pages in ahead of the writes that will fill them, one run of
@@ -310,9 +332,8 @@ impl Fs {
     }
 
     /// Return pages that were taken but not committed.
-    pub(crate) fn untake_pages(&self, mut pages: Vec<u64>) {
-        pages.reverse();
-        lock(&self.core.reserve).extend(pages);
+    pub(crate) fn untake_pages(&self, pages: impl DoubleEndedIterator<Item = u64>) {
+        lock(&self.core.reserve).extend(pages.rev());
     }
 
     /// Whether other processes write this pool too (through the daemon).

@@ -11,6 +11,15 @@ use crate::perm::{self, Creds, W};
 use crate::request::{Handle, Response, SetAttr, SetTime, WriteCheck};
 use engram_pmem::Pool;
 
+/// Lists a write commit fills, kept from one commit to the next so that a commit allocates
+/// nothing once they have grown.
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    plan: index::Plan,
+    out: Vec<Entry>,
+    items: Vec<Item>,
+}
+
 /// Most pages one reservation request hands out.
 const MAX_RESERVE: u64 = 4096;
 
@@ -58,26 +67,46 @@ impl Server {
         self.reservations
             .entry(client)
             .or_default()
-            .extend(pages.iter().copied());
+            .insert(pages.iter().copied());
         Ok(Response::Pages(pages))
     }
 
     pub(super) fn unreserve(&mut self, client: ClientId, pages: &[u64]) -> Result<Response> {
-        let set = self.reservations.entry(client).or_default();
-        if pages.iter().any(|p| !set.contains(p)) {
-            return Err(Error::with_msg(
-                libc::EINVAL,
-                "page not reserved by this client",
-            ));
-        }
+        self.take_reserved(
+            client,
+            pages.iter().copied(),
+            "page not reserved by this client",
+        )?;
         for p in pages {
-            set.remove(p);
             self.alloc.release_now(Item::DataPage(*p));
         }
         Ok(Response::Done)
     }
 
-    pub(super) fn commit_write(
+    /// Take pages out of a client's reservation: all of them, or none and EINVAL (`what`)
+    /// if one is not reserved by the client or is named twice.
+    fn take_reserved(
+        &mut self,
+        client: ClientId,
+        pages: impl IntoIterator<Item = u64> + Clone,
+        what: &'static str,
+    ) -> Result<()> {
+        let taken = match self.reservations.get_mut(&client) {
+            Some(r) => r.take(pages),
+            // A client that never reserved may still commit no pages (a write in place
+            // beyond the end of file).
+            None => pages.into_iter().next().is_none(),
+        };
+        if taken {
+            Ok(())
+        } else {
+            Err(Error::with_msg(libc::EINVAL, what))
+        }
+    }
+
+    /// `Request::CommitWrite`, also called directly (with no owned list of pages) by a
+    /// client in this process.
+    pub(crate) fn commit_write(
         &mut self,
         client: ClientId,
         h: Handle,
@@ -85,6 +114,10 @@ impl Server {
         end: u64,
         check: Option<&WriteCheck>,
     ) -> Result<Response> {
+        if self.closed {
+            return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
+        }
+        self.check_writer(client, h)?;
         let d = self.inode(h)?;
         if d.is_dir() {
             return Err(Error::EISDIR);
@@ -95,18 +128,14 @@ impl Server {
         if end > MAX_FILE_SIZE {
             return Err(Error::EFBIG);
         }
-        let owned = self.reservations.get(&client);
-        // Page numbers strictly ascending (as the client writes them): no page twice, and
-        // the checks below can search the list instead of building a set per write.
+        // Page numbers strictly ascending (as the client writes them): no page number
+        // twice, and the checks below can search the list instead of building a set.
         let mut prev = None;
-        for &(pg, page) in pages {
-            if pg >= MAX_FILE_SIZE / PAGE
-                || prev.is_some_and(|p| pg <= p)
-                || !owned.is_some_and(|s| s.contains(&page))
-            {
+        for &(pg, _) in pages {
+            if pg >= MAX_FILE_SIZE / PAGE || prev.is_some_and(|p| pg <= p) {
                 return Err(Error::with_msg(
                     libc::EINVAL,
-                    "write commit names a page it does not own",
+                    "write commit names page numbers out of order or out of range",
                 ));
             }
             if pg >= end.div_ceil(PAGE) {
@@ -117,13 +146,45 @@ impl Server {
             }
             prev = Some(pg);
         }
-        self.check_end(&d, pages, end, check)?;
-        if let Some(c) = check {
-            self.check_write(&d, pages, end, c)?;
+        // The data pages must be the client's reserved ones, each named once. They leave the
+        // reservation now and go back to it if the commit fails.
+        let data_pages = pages.iter().map(|p| p.1);
+        let what = "write commit names a page it does not own";
+        self.take_reserved(client, data_pages.clone(), what)?;
+        let committed = self.commit_pages(h, &d, pages, end, check);
+        if committed.is_err() {
+            self.reservations
+                .entry(client)
+                .or_default()
+                .insert(data_pages);
         }
-        let mut out = Vec::with_capacity(8);
-        let (plan, nodes) = self.plan_index(&d, pages)?;
-        self.push_plan(h.ino, &d, &plan, &mut out);
+        committed
+    }
+
+    /// Map `pages` into the file and set its size to at least `end`: a write commit whose
+    /// page numbers and data pages have been checked.
+    fn commit_pages(
+        &mut self,
+        h: Handle,
+        d: &InodeData,
+        pages: &[(u64, u64)],
+        end: u64,
+        check: Option<&WriteCheck>,
+    ) -> Result<Response> {
+        self.check_end(d, pages, end, check)?;
+        if let Some(c) = check {
+            self.check_write(d, pages, end, c)?;
+        }
+        // The lists a commit fills are kept from one commit to the next (an error drops
+        // them: the next commit allocates anew).
+        let Scratch {
+            mut plan,
+            mut out,
+            mut items,
+        } = std::mem::take(&mut self.scratch);
+        self.plan_index(d, pages, &mut plan)?;
+        out.clear();
+        self.push_plan(h.ino, d, &mut plan, &mut out);
         let new_blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;
         if new_blocks != d.blocks {
             out.push(self.set64(h.ino, field::BLOCKS, new_blocks));
@@ -134,16 +195,13 @@ impl Server {
         let now = self.now();
         self.touch(h.ino, now, &mut out);
         if let Err(e) = self.commit(&out, &[h.ino]) {
-            self.release_nodes(nodes);
+            self.release_nodes(&plan.new_nodes);
             return Err(e);
         }
-        if let Some(set) = self.reservations.get_mut(&client) {
-            for (_, p) in pages {
-                set.remove(p);
-            }
-        }
-        let old: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
-        self.retire(&old);
+        items.clear();
+        items.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
+        self.retire(&items);
+        self.scratch = Scratch { plan, out, items };
         Ok(Response::Done)
     }
 
@@ -244,53 +302,55 @@ impl Server {
         Ok(())
     }
 
-    /// Plan an index update, allocating (zeroed) nodes; returns the nodes to release on failure.
+    /// Plan an index update into `plan`, allocating (zeroed) nodes (`plan.new_nodes`, to
+    /// release if the commit fails). On an error, the nodes taken are released.
     fn plan_index(
         &mut self,
         d: &InodeData,
         pages: &[(u64, u64)],
-    ) -> Result<(index::Plan, Vec<u64>)> {
-        let max_pg = pages.iter().map(|p| p.0).max().unwrap_or(0);
+        plan: &mut index::Plan,
+    ) -> Result<()> {
+        let max_pg = pages.last().map_or(0, |p| p.0);
         // Room for growing to the new height plus a few paths of new nodes, so that making
         // room (a checkpoint) rarely has to happen in the middle of planning.
         let likely = (index::height_for(max_pg) as u64 + 1) * (pages.len() as u64).clamp(1, 4);
         self.ensure_meta(likely.min(self.alloc.meta.len()))?;
         let pool = self.pool.clone();
         let alloc = &mut self.alloc;
-        let mut taken = Vec::new();
-        let plan = index::plan_set(&pool, &self.geo, d.root, d.height, pages, &mut || {
-            let n = alloc
-                .alloc_meta_page()
-                .ok_or_else(|| Error::with_msg(libc::ENOSPC, "no free metadata pages"))?;
-            taken.push(n);
-            Ok(n)
-        });
-        match plan {
-            Ok(p) => {
-                // New nodes were zeroed with non-temporal stores: they must be durable before
-                // the record that links them in (a reused metadata page still holds an old
-                // node's pointers). The crash harness's full mode found this.
-                if !taken.is_empty() {
-                    self.pool.fence();
-                }
-                Ok((p, taken))
-            }
-            Err(e) => {
-                self.release_nodes(taken);
-                Err(e)
-            }
+        let planned = index::plan_set(
+            &pool,
+            &self.geo,
+            (d.root, d.height),
+            pages,
+            &mut || {
+                alloc
+                    .alloc_meta_page()
+                    .ok_or_else(|| Error::with_msg(libc::ENOSPC, "no free metadata pages"))
+            },
+            plan,
+        );
+        if let Err(e) = planned {
+            self.release_nodes(&plan.new_nodes);
+            return Err(e);
         }
+        // New nodes were zeroed with non-temporal stores: they must be durable before the
+        // record that links them in (a reused metadata page still holds an old node's
+        // pointers). The crash harness's full mode found this.
+        if !plan.new_nodes.is_empty() {
+            self.pool.fence();
+        }
+        Ok(())
     }
 
-    fn release_nodes(&mut self, nodes: Vec<u64>) {
-        for n in nodes {
+    fn release_nodes(&mut self, nodes: &[u64]) {
+        for &n in nodes {
             self.alloc.release_now(Item::MetaPage(n));
         }
     }
 
     /// The stores of an index plan, including the inode's root and height if they change.
-    fn push_plan(&self, ino: u64, d: &InodeData, plan: &index::Plan, out: &mut Vec<Entry>) {
-        out.extend(index::coalesce(plan.words.clone()));
+    fn push_plan(&self, ino: u64, d: &InodeData, plan: &mut index::Plan, out: &mut Vec<Entry>) {
+        index::coalesce(&mut plan.words, out);
         if plan.root != d.root {
             out.push(self.set64(ino, field::ROOT, plan.root));
         }
@@ -386,9 +446,9 @@ impl Server {
     ) -> Result<Vec<Item>> {
         let mut retired = Vec::new();
         if size < d.size {
-            let plan =
+            let mut plan =
                 index::plan_truncate(&self.pool, &self.geo, d.root, d.height, size.div_ceil(PAGE))?;
-            self.push_plan(ino, d, &plan, out);
+            self.push_plan(ino, d, &mut plan, out);
             if !plan.old_pages.is_empty() {
                 out.push(self.set64(ino, field::BLOCKS, d.blocks - plan.old_pages.len() as u64));
             }
@@ -455,17 +515,14 @@ impl Server {
         self.pool.fence();
         let updates: Vec<(u64, u64)> = holes.iter().copied().zip(pages.iter().copied()).collect();
         let mut out = Vec::new();
-        let planned = self.plan_index(&d, &updates);
-        let (plan, nodes) = match planned {
-            Ok(p) => p,
-            Err(e) => {
-                for p in pages {
-                    self.alloc.release_now(Item::DataPage(p));
-                }
-                return Err(e);
+        let mut plan = index::Plan::default();
+        if let Err(e) = self.plan_index(&d, &updates, &mut plan) {
+            for p in pages {
+                self.alloc.release_now(Item::DataPage(p));
             }
-        };
-        self.push_plan(h.ino, &d, &plan, &mut out);
+            return Err(e);
+        }
+        self.push_plan(h.ino, &d, &mut plan, &mut out);
         if !pages.is_empty() {
             out.push(self.set64(h.ino, field::BLOCKS, d.blocks + pages.len() as u64));
         }
@@ -477,7 +534,7 @@ impl Server {
             out.push(self.set64(h.ino, field::CTIME, now as u64));
         }
         if let Err(e) = self.commit(&out, &[h.ino]) {
-            self.release_nodes(nodes);
+            self.release_nodes(&plan.new_nodes);
             for p in pages {
                 self.alloc.release_now(Item::DataPage(p));
             }

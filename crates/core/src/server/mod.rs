@@ -11,10 +11,10 @@ pub use fsck::FsckReport;
 mod namespace;
 mod opens;
 
-use crate::alloc::{Allocator, Item};
+use crate::alloc::{Allocator, Item, Reserved};
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
-use crate::fasthash::{FastMap, FastSet};
+use crate::fasthash::FastMap;
 use crate::inode::{self, InodeData, field};
 use crate::layout::{Geometry, Superblock, now_ns};
 use crate::oplog::{self, Entry, Log, LogHead};
@@ -68,7 +68,9 @@ pub struct Server {
     checkpoints: u64,
     /// Open handles per inode, for files that stay alive after their last name is removed.
     open: FastMap<u64, u32>,
-    reservations: FastMap<ClientId, FastSet<u64>>,
+    reservations: FastMap<ClientId, Reserved>,
+    /// Reused lists of write commits.
+    scratch: data::Scratch,
     /// Open handles per (client, inode), released when the client goes away. One map keyed
     /// by both: an open or a close hashes once.
     opened_by: FastMap<(ClientId, u64), Opens>,
@@ -111,6 +113,7 @@ impl Server {
             checkpoints: 0,
             open: FastMap::default(),
             reservations: FastMap::default(),
+            scratch: data::Scratch::default(),
             opened_by: FastMap::default(),
             created: FastMap::default(),
             reclaim_at: RECLAIM_BATCH,
@@ -149,7 +152,7 @@ impl Server {
 
     /// Pages reserved by clients and not yet committed.
     pub fn reserved_pages(&self) -> impl Iterator<Item = u64> + '_ {
-        self.reservations.values().flatten().copied()
+        self.reservations.values().flat_map(Reserved::pages)
     }
 
     pub fn handle(&mut self, client: ClientId, creds: &Creds, req: Request) -> Result<Response> {
@@ -210,10 +213,7 @@ impl Server {
                 pages,
                 end,
                 check,
-            } => {
-                self.check_writer(client, target)?;
-                self.commit_write(client, target, &pages, end, check.as_ref())
-            }
+            } => self.commit_write(client, target, &pages, end, check.as_ref()),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
             Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
@@ -552,7 +552,7 @@ impl Server {
     /// A client is gone: give back its reservations.
     pub fn disconnect(&mut self, client: ClientId) {
         if let Some(pages) = self.reservations.remove(&client) {
-            for p in pages {
+            for p in pages.pages() {
                 self.alloc.release_now(Item::DataPage(p));
             }
         }

@@ -167,6 +167,13 @@ fn reserved_page(fs: &Fs, byte: u8) -> u64 {
     page
 }
 
+/// The last data page of the pool: never in a client's reservation (batches come from the
+/// front of the area).
+fn geo_last_page(fs: &Fs) -> u64 {
+    let geo = fs.mount_info().geometry;
+    geo.data_off + (geo.data_pages - 1) * 4096
+}
+
 /// Whether the file still holds `before`, the pool checks clean, and `why` was refused.
 fn unchanged(fs: &Fs, path: &str, before: &[u8], reply: engram_core::Result<Response>, errno: i32) {
     match reply {
@@ -234,6 +241,15 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
     // A page beyond the end it claims.
     let r = send(&fs, &commit(vec![(3, page)], 4096, None));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // One reserved page for two page numbers: it would be mapped twice.
+    let r = send(&fs, &commit(vec![(0, page), (1, page)], 8192, None));
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // A reserved page beside one that is not: nothing is taken from the reservation.
+    let r = send(
+        &fs,
+        &commit(vec![(0, page), (1, geo_last_page(&fs))], 8192, None),
+    );
+    unchanged(&fs, "/f", &before, r, libc::EINVAL);
     // One page, and an end far beyond it.
     let r = send(&fs, &commit(vec![(2, page)], 1 << 30, None));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
@@ -262,6 +278,10 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
     // Closed: the client no longer holds a write open.
     let r = send(&fs, &fall);
     unchanged(&fs, "/f", &after, r, libc::EBADF);
+    // The refused commits left the page reserved: it can still be given back, once.
+    let give_back = Request::Unreserve { pages: vec![page] };
+    assert!(send(&fs, &give_back).is_ok());
+    unchanged(&fs, "/f", &after, send(&fs, &give_back), libc::EINVAL);
     drop(fs);
     d.stop();
     check_clean(&d.pool);
