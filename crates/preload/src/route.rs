@@ -84,6 +84,13 @@ fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
     if path.first() != Some(&b'/') {
         return None;
     }
+    // The usual spelling: the prefix's very bytes, ending at a component boundary.
+    if !prefix.ends_with(b"/")
+        && let Some(rest) = path.strip_prefix(prefix)
+        && (rest.is_empty() || rest[0] == b'/')
+    {
+        return Some(rest);
+    }
     let (mut i, mut j) = (0, 0);
     while let Some((ms, me)) = next_comp(prefix, i) {
         let (ps, pe) = next_comp(path, j)?;
@@ -410,6 +417,9 @@ mod tests {
         assert_eq!(strip_prefix(m, b"/mnt/engramx/a"), None);
         assert_eq!(strip_prefix(m, b"/mnt"), None);
         assert_eq!(strip_prefix(m, b"mnt/engram"), None);
+        assert_eq!(strip_prefix(m, b"/mnt/engram/"), Some(&b"/"[..]));
+        assert_eq!(strip_prefix(b"/", b"/a"), Some(&b"/a"[..]));
+        assert_eq!(strip_prefix(b"/", b"/"), Some(&b"/"[..]));
     }
 
     #[test]
