@@ -1,6 +1,7 @@
 //! Path resolution on the client: lock-free lookups, symlinks, "." and "..", and the errors
 //! Linux gives.
 
+mod cache;
 mod walk;
 
 use super::{Fs, Metadata};

@@ -7,6 +7,7 @@
 //! generation differs by then (it was freed and maybe reused, as when a rename replaced
 //! it), that lookup in D is simply done again.
 
+use super::cache::{Deps, Query};
 use super::{MAX_SYMLINKS, PATH_MAX, Parent};
 use crate::dir;
 use crate::error::{Error, Result};
@@ -21,9 +22,9 @@ use std::ops::Range;
 /// An inode a walk has reached, with the generation its directory entry was read with
 /// (None for the walk's root, which is never freed).
 #[derive(Clone, Copy)]
-struct At {
-    ino: u64,
-    generation: Option<u32>,
+pub(crate) struct At {
+    pub ino: u64,
+    pub generation: Option<u32>,
 }
 
 impl At {
@@ -121,7 +122,7 @@ impl Fs {
 
     /// Look `name` up in the directory the walk stands on, with the search permission
     /// check, all under the directory's sequence counter.
-    fn step(&self, at: At, name: &[u8], stay_inside: bool) -> Result<Step> {
+    fn step(&self, at: At, name: &[u8], stay_inside: bool, deps: &mut Deps) -> Result<Step> {
         let core = &*self.core;
         loop {
             let s = core.shared.seqs.read_begin(at.ino);
@@ -170,6 +171,7 @@ impl Fs {
                 },
             };
             if core.shared.seqs.read_ok(at.ino, s) {
+                deps.push(at.ino, s);
                 return found;
             }
         }
@@ -209,6 +211,40 @@ impl Fs {
         want: Want,
         stay_inside: bool,
     ) -> Result<Walked> {
+        let mut deps = Deps::new();
+        let Want::Object { follow } = want else {
+            return self.walk_uncached(base, path, want, stay_inside, &mut deps);
+        };
+        let query = Query {
+            base,
+            follow,
+            stay_inside,
+        };
+        // Inode records are never reclaimed: reading one needs no epoch pin.
+        if let Some(at) = self.cached_walk(query, path)
+            && let Some(d) = self.full(at)
+        {
+            let h = Handle {
+                ino: at.ino,
+                generation: d.generation,
+            };
+            return Ok(Walked::Object(h, d));
+        }
+        let w = self.walk_uncached(base, path, want, stay_inside, &mut deps)?;
+        if let Walked::Object(h, _) = &w {
+            self.cache_walk(query, path, deps, At::of(*h));
+        }
+        Ok(w)
+    }
+
+    fn walk_uncached(
+        &self,
+        base: Option<Handle>,
+        path: &[u8],
+        want: Want,
+        stay_inside: bool,
+        deps: &mut Deps,
+    ) -> Result<Walked> {
         if path.is_empty() {
             return Err(Error::ENOENT);
         }
@@ -244,7 +280,7 @@ impl Fs {
                     // its parent for "..".
                     let name = &buf[c.clone()];
                     let probe: &[u8] = if name == b".." { b".." } else { b"." };
-                    match self.step(cur, probe, stay_inside)? {
+                    match self.step(cur, probe, stay_inside, deps)? {
                         Step::Child(at) => {
                             let generation = match at.generation {
                                 Some(g) => g,
@@ -264,7 +300,7 @@ impl Fs {
                         Step::Stale | Step::Missing => {}
                     }
                 }
-                (Some(c), _) => match self.step(cur, &buf[c.clone()], stay_inside)? {
+                (Some(c), _) => match self.step(cur, &buf[c.clone()], stay_inside, deps)? {
                     Step::Child(next) => {
                         from = Some((cur, c.clone()));
                         cur = next;
