@@ -211,9 +211,8 @@ impl Fs {
         want: Want,
         stay_inside: bool,
     ) -> Result<Walked> {
-        let mut deps = Deps::new();
         let Want::Object { follow } = want else {
-            return self.walk_uncached(base, path, want, stay_inside, &mut deps);
+            return self.walk_uncached(base, path, want, stay_inside, &mut Deps::new());
         };
         let query = Query {
             base,
@@ -230,6 +229,7 @@ impl Fs {
             };
             return Ok(Walked::Object(h, d));
         }
+        let mut deps = Deps::new();
         let w = self.walk_uncached(base, path, want, stay_inside, &mut deps)?;
         if let Walked::Object(h, _) = &w {
             self.cache_walk(query, path, deps, At::of(*h));
