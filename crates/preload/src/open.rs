@@ -59,7 +59,9 @@ fn open_inside(raw: &[u8], flags: c_int, mode: u32) -> Res<Option<c_int>> {
         Err(e) if e.leaves_pool() => return Ok(None),
         Err(e) => return Err(en(e)),
     };
-    if file.metadata().map_err(en)?.is_dir() {
+    // O_CREAT|O_EXCL succeeded: a new regular file, no need to look.
+    let created = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+    if !created && file.metadata().map_err(en)?.is_dir() {
         return Ok(None);
     }
     install(file, raw, false, flags).map(Some)

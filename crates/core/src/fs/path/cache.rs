@@ -97,7 +97,8 @@ impl Fs {
     pub(crate) fn cached_walk(&self, query: Query, path: &[u8]) -> Option<At> {
         let seqs = &self.core.shared.seqs;
         CACHE.with(|c| {
-            let c = c.borrow();
+            // Busy only if a signal handler walks while this thread was filling the cache.
+            let c = c.try_borrow().ok()?;
             let c = c.as_ref().filter(|c| c.is_for(self))?;
             let s = c.slots[slot_of(path)].as_ref()?;
             if s.query != query || s.path != path {
