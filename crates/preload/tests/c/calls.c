@@ -600,6 +600,13 @@ static void symlinks(void) {
     CHECK(!strcmp(get(M "/sl/abs_out/outside.txt"), "outside!"));
     /* ".." above the pool's root leads to the mount's parent directory. */
     CHECK(stat(M "/../sl/in/f", &st) == -1 && errno == ENOENT);
+    CHECK(stat(M "/../engram/sl/in/f", &st) == 0 && st.st_size == 6);
+    CHECK(stat(M "/sl/../../engram/sl/rel/f", &st) == 0 && st.st_size == 6);
+    CHECK(symlink("/mnt", M "/sl/mnt") == 0);
+    CHECK(stat(M "/sl/mnt/engram/sl/in/f", &st) == 0 && st.st_size == 6);
+    fd = open(M "/sl/mnt/engram/sl/in/g", O_WRONLY | O_CREAT | O_EXCL, 0644);
+    CHECK(fd >= 0 && close(fd) == 0);
+    CHECK(stat(M "/sl/in/g", &st) == 0 && S_ISREG(st.st_mode));
     /* Created through links: inside, and out of the pool. */
     fd = open(M "/sl/abs_in/new", O_WRONLY | O_CREAT | O_EXCL, 0644);
     CHECK(fd >= 0 && close(fd) == 0);
