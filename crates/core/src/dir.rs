@@ -139,7 +139,7 @@ fn leaf_entries(pool: &Pool, leaf: u64) -> Vec<Dentry> {
 /// Find `name` in the directory whose root word is `root`.
 pub fn lookup(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Dentry>> {
     Ok(match find_slot(pool, geo, root, name)? {
-        Some((leaf, slot)) => read_slot(pool, leaf, slot),
+        Some((leaf, _, slot)) => read_slot(pool, leaf, slot),
         None => None,
     })
 }
@@ -152,8 +152,8 @@ pub fn lookup_ino(
     root: u64,
     name: &[u8],
 ) -> Result<Option<(u64, u8)>> {
-    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, slot)| {
-        let line = pool.slice(leaf + slot * 64, 64);
+    Ok(find_slot(pool, geo, root, name)?.map(|(_, page, slot)| {
+        let line = &page[(slot * 64) as usize..(slot * 64 + 64) as usize];
         (
             u64::from_le_bytes(line[8..16].try_into().unwrap()),
             line[17],
@@ -161,22 +161,28 @@ pub fn lookup_ino(
     }))
 }
 
-/// The leaf and slot where `name`'s dentry starts.
-fn find_slot(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<(u64, u64)>> {
+/// The leaf (its offset and its bytes) and the slot where `name`'s dentry starts.
+fn find_slot<'p>(
+    pool: &'p Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+) -> Result<Option<(u64, &'p [u8], u64)>> {
     if root == 0 || name.is_empty() || name.len() > NAME_MAX {
         return Ok(None);
     }
     let hash = name_hash(name);
     let leaf = find_leaf(pool, geo, root, hash, false)?.leaf;
     let fp = fingerprint(hash);
-    let header = pool.slice(leaf, 64);
+    // The whole page in one view: one bounds check for the header and the dentries.
+    let page = pool.slice(leaf, PAGE);
     // Word by word, so that the usual case (a match among the first slots) stops early.
     for word in 0..8 {
-        let mut candidates = header_word_mask(header, word, fp);
+        let mut candidates = header_word_mask(page, word, fp);
         while candidates != 0 {
             let slot = word * 8 + candidates.trailing_zeros() as u64 + 1;
-            if slot_holds(pool, leaf, slot, hash, name) {
-                return Ok(Some((leaf, slot)));
+            if slot_holds(page, slot, hash, name) {
+                return Ok(Some((leaf, page, slot)));
             }
             candidates &= candidates - 1;
         }
@@ -206,9 +212,10 @@ fn header_mask(pool: &Pool, leaf: u64, fp: u8) -> u64 {
     (0..8).fold(0, |m, w| m | header_word_mask(header, w, fp) << (w * 8))
 }
 
-/// Whether the dentry at `slot` is `name` (with `hash`), read in place.
-fn slot_holds(pool: &Pool, leaf: u64, slot: u64, hash: u64, name: &[u8]) -> bool {
-    let line = pool.slice(leaf + slot * 64, 64);
+/// Whether the dentry at `slot` of leaf `page` is `name` (with `hash`), read in place.
+fn slot_holds(page: &[u8], slot: u64, hash: u64, name: &[u8]) -> bool {
+    let at = (slot * 64) as usize;
+    let line = &page[at..at + 64];
     let len = line[16] as usize;
     if u64::from_le_bytes(line[0..8].try_into().unwrap()) != hash
         || len != name.len()
@@ -218,8 +225,7 @@ fn slot_holds(pool: &Pool, leaf: u64, slot: u64, hash: u64, name: &[u8]) -> bool
     }
     let first = len.min(INLINE_NAME);
     line[18..18 + first] == name[..first]
-        && (len <= INLINE_NAME
-            || pool.slice(leaf + (slot + 1) * 64, (len - INLINE_NAME) as u64) == &name[first..])
+        && (len <= INLINE_NAME || page[at + 64..at + 64 + len - INLINE_NAME] == name[first..])
 }
 
 /// Where a leaf hangs: the inode's root word, or a slot range of an inner node.

@@ -8,6 +8,8 @@ mod forged;
 mod isolation;
 #[path = "daemon/killed.rs"]
 mod killed;
+#[path = "daemon/walk_cache.rs"]
+mod walk_cache;
 
 use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use engram_core::{Fs, OpenOptions, Options};
@@ -157,6 +159,7 @@ fn worker_entry() {
         "common-store" => isolation::store_into_common(&fs),
         "hold-and-hang" => killed::hold_and_hang(&fs),
         "overlap-writer" => killed::overlap_writer(&fs, &arg),
+        "walk-change" => walk_cache::change(&fs, &arg),
         "stray-store" => {
             let geo = fs.mount_info().geometry;
             let p = fs.pool().as_ptr();

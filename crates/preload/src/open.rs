@@ -2,18 +2,16 @@
 //! close_range and closefrom.
 
 use crate::ops::{Side, side};
-use crate::session::op;
+use crate::route::Route;
+use crate::session::{self, op};
 use crate::table;
 use crate::util::{Res, cstring, en, errno, guard};
 use crate::{real, routed};
 use engram_core::OpenOptions;
 use libc::{c_char, c_int, c_uint, mode_t};
 
-/// Open a canonical pool path; returns the reserved descriptor.
-pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> Res<c_int> {
-    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
-        return Err(libc::EOPNOTSUPP);
-    }
+/// The options an open call asks for.
+fn options(flags: c_int, mode: u32) -> OpenOptions {
     let mode = if flags & libc::O_CREAT != 0 {
         mode & 0o7777 & !crate::ops::current_umask()
     } else {
@@ -26,14 +24,47 @@ pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> 
             .nofollow(opts.nofollow)
             .directory(opts.directory);
     }
-    // The descriptor reads by offset; appending is the file's own mode.
-    let file = fs.open_file(path, &opts).map_err(en)?;
-    let is_dir = file.metadata().map_err(en)?.is_dir();
+    opts
+}
+
+fn install(file: engram_core::File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int> {
     let mut p = path.to_vec();
     while p.len() > 1 && p.ends_with(b"/") {
         p.pop();
     }
     table::create(file, &p, is_dir, flags)
+}
+
+/// Open a canonical pool path; returns the reserved descriptor.
+pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> Res<c_int> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(libc::EOPNOTSUPP);
+    }
+    // The descriptor reads by offset; appending is the file's own mode.
+    let file = fs.open_file(path, &options(flags, mode)).map_err(en)?;
+    let is_dir = file.metadata().map_err(en)?.is_dir();
+    install(file, path, is_dir, flags)
+}
+
+/// Open a routed, unresolved pool path with one walk of the pool when the process would
+/// resolve it the same way; `None` when it may leave the pool, or names a directory (whose
+/// descriptor must remember the canonical path): the caller resolves it first.
+fn open_inside(raw: &[u8], flags: c_int, mode: u32) -> Res<Option<c_int>> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let fs = session::fs()?.staying_inside();
+    let file = match fs.open_file(raw, &options(flags, mode)) {
+        Ok(f) => f,
+        Err(e) if e.leaves_pool() => return Ok(None),
+        Err(e) => return Err(en(e)),
+    };
+    // O_CREAT|O_EXCL succeeded: a new regular file, no need to look.
+    let created = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+    if !created && file.metadata().map_err(en)?.is_dir() {
+        return Ok(None);
+    }
+    install(file, raw, false, flags).map(Some)
 }
 
 /// The body of every open call once the path is known to be ours.
@@ -42,6 +73,11 @@ fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int
         let _op = op();
         let follow = flags & libc::O_NOFOLLOW == 0
             && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
+        if let Ok(Route::Ours(raw)) = &r
+            && let Some(fd) = open_inside(raw, flags, mode)?
+        {
+            return Ok(fd);
+        }
         match side(r, follow)? {
             Side::Pool(fs, p) => open_pool(&fs, &p, flags, mode),
             Side::Real(p) => {

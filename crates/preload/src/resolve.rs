@@ -113,10 +113,20 @@ pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
             match stack.pop() {
                 Some((at, _)) => out.truncate(at),
                 None => {
-                    return Ok(Walk {
-                        resolved: Resolved::Outside(outside(&rest_of(&rest[pos..], trailing))),
-                        found: None,
-                    });
+                    let real = outside(&rest_of(&rest[pos..], trailing));
+                    // "/mnt/engram/../engram/f" comes back in.
+                    match strip_mount(&real) {
+                        Some(inner) => {
+                            rest = Cow::Owned(inner.to_vec());
+                            pos = 0;
+                        }
+                        None => {
+                            return Ok(Walk {
+                                resolved: Resolved::Outside(real),
+                                found: None,
+                            });
+                        }
+                    }
                 }
             }
             continue;
@@ -158,8 +168,17 @@ pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
                     None => {
                         let mut real = target.clone();
                         real.extend_from_slice(&rest_of(&rest[pos..], trailing));
+                        let real = normalize_abs(&real);
+                        // A target such as "/mnt" followed by "engram/f" comes back in.
+                        if let Some(inner) = strip_mount(&real) {
+                            stack.clear();
+                            out.clear();
+                            rest = Cow::Owned(inner.to_vec());
+                            pos = 0;
+                            continue;
+                        }
                         return Ok(Walk {
-                            resolved: Resolved::Outside(normalize_abs(&real)),
+                            resolved: Resolved::Outside(real),
                             found: None,
                         });
                     }

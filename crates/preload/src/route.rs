@@ -5,6 +5,7 @@
 use crate::table;
 use crate::util::{Res, cbytes};
 use libc::{c_char, c_int};
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -83,6 +84,13 @@ pub fn strip_mount(path: &[u8]) -> Option<&[u8]> {
 fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
     if path.first() != Some(&b'/') {
         return None;
+    }
+    // The usual spelling: the prefix's very bytes, ending at a component boundary.
+    if !prefix.ends_with(b"/")
+        && let Some(rest) = path.strip_prefix(prefix)
+        && (rest.is_empty() || rest[0] == b'/')
+    {
+        return Some(rest);
     }
     let (mut i, mut j) = (0, 0);
     while let Some((ms, me)) = next_comp(prefix, i) {
@@ -236,11 +244,12 @@ fn real_cwd(out: &mut [u8; RCWD_WORDS * 8]) -> usize {
 // ------------------------------------------------------------------ routing
 
 /// Where a path goes.
-pub enum Route {
+pub enum Route<'a> {
     /// To libc, unchanged.
     Pass,
-    /// To EngramFS: a path from the pool's root, not yet resolved (may hold "..", symlinks).
-    Ours(Vec<u8>),
+    /// To EngramFS: a path from the pool's root, not yet resolved (may hold "..", symlinks);
+    /// borrowed from the caller's absolute path when it can be.
+    Ours(Cow<'a, [u8]>),
 }
 
 fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
@@ -258,7 +267,7 @@ fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
 ///
 /// # Safety
 /// `path` is null or a valid C string.
-pub unsafe fn route(dirfd: c_int, path: *const c_char) -> Res<Route> {
+pub unsafe fn route<'a>(dirfd: c_int, path: *const c_char) -> Res<Route<'a>> {
     if path.is_null() {
         return Ok(Route::Pass);
     }
@@ -267,13 +276,13 @@ pub unsafe fn route(dirfd: c_int, path: *const c_char) -> Res<Route> {
     route_bytes(dirfd, p)
 }
 
-pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route> {
+pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
     if p.first() == Some(&b'/') {
         return Ok(match strip_mount(p) {
             Some(rest) => Route::Ours(if rest.is_empty() {
-                b"/".to_vec()
+                Cow::Borrowed(b"/")
             } else {
-                rest.to_vec()
+                Cow::Borrowed(rest)
             }),
             None => Route::Pass,
         });
@@ -289,14 +298,14 @@ pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route> {
         if !of.is_dir() {
             return Err(libc::ENOTDIR);
         }
-        return Ok(Route::Ours(join(of.path(), p)));
+        return Ok(Route::Ours(join(of.path(), p).into()));
     }
     if VCWD_SET.load(Ordering::Acquire) {
         if let Some(cwd) = virtual_cwd() {
             if p.is_empty() {
                 return Err(libc::ENOENT);
             }
-            return Ok(Route::Ours(join(&cwd, p)));
+            return Ok(Route::Ours(join(&cwd, p).into()));
         }
         return Ok(Route::Pass);
     }
@@ -313,8 +322,8 @@ pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route> {
         return Ok(Route::Pass);
     };
     Ok(match strip_mount(&buf[..len]) {
-        Some([]) => Route::Ours(b"/".to_vec()),
-        Some(rest) => Route::Ours(rest.to_vec()),
+        Some([]) => Route::Ours(Cow::Borrowed(b"/")),
+        Some(rest) => Route::Ours(rest.to_vec().into()),
         None => Route::Pass,
     })
 }
@@ -341,7 +350,7 @@ fn could_reach_mount(c: &[u8]) -> bool {
 /// relative path from the real current directory. The kernel is asked for the directory's
 /// name only when the path's first component could lead there; nothing is allocated unless
 /// the path is ours.
-fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route {
+fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
     let Some((s, e)) = next_comp(p, 0) else {
         return Route::Pass;
     };
@@ -382,8 +391,8 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route {
         return Route::Pass;
     };
     match strip_mount(&buf[..len]) {
-        Some([]) => Route::Ours(b"/".to_vec()),
-        Some(rest) => Route::Ours(rest.to_vec()),
+        Some([]) => Route::Ours(Cow::Borrowed(b"/")),
+        Some(rest) => Route::Ours(rest.to_vec().into()),
         None => Route::Pass,
     }
 }
@@ -410,6 +419,9 @@ mod tests {
         assert_eq!(strip_prefix(m, b"/mnt/engramx/a"), None);
         assert_eq!(strip_prefix(m, b"/mnt"), None);
         assert_eq!(strip_prefix(m, b"mnt/engram"), None);
+        assert_eq!(strip_prefix(m, b"/mnt/engram/"), Some(&b"/"[..]));
+        assert_eq!(strip_prefix(b"/", b"/a"), Some(&b"/a"[..]));
+        assert_eq!(strip_prefix(b"/", b"/"), Some(&b"/"[..]));
     }
 
     #[test]

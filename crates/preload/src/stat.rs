@@ -80,7 +80,13 @@ pub fn stat_routed(
         crate::route::Route::Pass => return Err(libc::EINVAL),
     };
     let fs = session::fs()?;
-    // The walk has usually looked the object up already: no second walk by path.
+    // One walk of the pool, unless the path may leave it (an absolute symlink, ".." in
+    // the root): then the shim's own walk, which has usually looked the object up too.
+    match fs.stat_inside(&raw, follow) {
+        Ok(Some(m)) => return Ok(Ok(m)),
+        Ok(None) => {}
+        Err(e) => return Err(e.errno()),
+    }
     let w = walk(&fs, &raw, follow, true)?;
     Ok(match (w.resolved, w.found) {
         (Resolved::Inside(_), Some((_, m))) => Ok(m),

@@ -4,7 +4,8 @@
 //! sync_file_range, private and shared mappings, freopen, fdopen, dprintf, dup3,
 //! posix_spawn with inherited descriptors, threads sharing a descriptor, statfs and
 //! statvfs, the __xstat entry points, vectored I/O, truncate, EXDEV across the boundary,
-//! relative paths after chdir into the prefix). Every result is checked in C.
+//! relative paths after chdir into the prefix, symlinks into and out of the pool and ".."
+//! above its root). Every result is checked in C.
 
 mod common;
 

@@ -17,7 +17,7 @@ use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
 use crate::inode::{self, InodeData};
-use crate::layout::{Geometry, ROOT_INO, Superblock};
+use crate::layout::{Geometry, Superblock};
 use crate::perm::Creds;
 use crate::range_lock::RangeLock;
 use crate::recovery;
@@ -74,6 +74,9 @@ pub(crate) struct Core {
 pub struct Fs {
     pub(crate) core: Arc<Core>,
     creds: Arc<Creds>,
+    /// Path walks stop where a process's namespace would leave the pool (see
+    /// `Fs::staying_inside`).
+    stay_inside: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,6 +141,7 @@ impl Fs {
                 info,
             }),
             creds: Arc::new(opts.creds.clone().unwrap_or_else(Creds::current)),
+            stay_inside: false,
         })
     }
 
@@ -179,6 +183,7 @@ impl Fs {
                 info,
             }),
             creds: Arc::new(Creds::current()),
+            stay_inside: false,
         })
     }
 
@@ -214,6 +219,7 @@ impl Fs {
         Fs {
             core: self.core.clone(),
             creds: Arc::new(creds),
+            stay_inside: self.stay_inside,
         }
     }
 
@@ -364,17 +370,6 @@ impl Fs {
                 return d;
             }
         }
-    }
-
-    pub(crate) fn root(&self) -> (Handle, InodeData) {
-        let d = self.read_inode(ROOT_INO);
-        (
-            Handle {
-                ino: ROOT_INO,
-                generation: d.generation,
-            },
-            d,
-        )
     }
 }
 

@@ -1,22 +1,33 @@
 //! Path resolution on the client: lock-free lookups, symlinks, "." and "..", and the errors
 //! Linux gives.
 
-use super::Fs;
+mod cache;
+mod walk;
+
+use super::{Fs, Metadata};
 use crate::dir;
 use crate::error::{Error, Result};
 use crate::inode::{self, InodeData};
-use crate::layout::ROOT_INO;
-use crate::perm::{self, X};
 use crate::request::Handle;
+use walk::{Walked, Want};
 
 /// Symlinks followed in one resolution before ELOOP, as Linux.
-const MAX_SYMLINKS: u32 = 40;
+pub(super) const MAX_SYMLINKS: u32 = 40;
 pub const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// The message of the error a `staying_inside` walk ends with where the path leaves the pool.
+const LEAVES_POOL: &str = "the path leaves the pool's namespace";
+
+impl Error {
+    /// Whether a `Fs::staying_inside` walk stopped because the path may leave the pool.
+    pub fn leaves_pool(&self) -> bool {
+        self.errno() == libc::EXDEV && self.message() == Some(LEAVES_POOL)
+    }
+}
 
 /// A path split into the directory that holds its last component and that component.
 pub struct Parent {
     pub dir: Handle,
-    pub dir_data: InodeData,
     /// None when the path names the directory itself ("/", ".", "a/..").
     pub name: Option<Vec<u8>>,
     /// The path ended with a slash: the last component must be a directory.
@@ -101,142 +112,40 @@ impl Fs {
         self.readlink_data(h.ino, &d)
     }
 
-    fn parent_of(&self, dir: u64) -> (Handle, InodeData) {
-        let p = if dir == ROOT_INO {
-            ROOT_INO
-        } else {
-            self.read_inode(dir).parent
-        };
-        let d = self.read_inode(p);
-        (
-            Handle {
-                ino: p,
-                generation: d.generation,
+    /// This pool for a front end that maps it into a process's namespace (the LD_PRELOAD
+    /// shim): path walks fail with an error for which `Error::leaves_pool` holds where the
+    /// process would resolve the path differently (a symlink whose target is absolute, or
+    /// ".." in the root); the front end then resolves that path itself.
+    pub fn staying_inside(&self) -> Fs {
+        Fs {
+            stay_inside: true,
+            ..self.clone()
+        }
+    }
+
+    /// stat (`follow`) or lstat of `path` from the root, as `staying_inside` walks it:
+    /// `Ok(None)` where the path may leave the pool. One walk, no handle to clone.
+    pub fn stat_inside(&self, path: &[u8], follow: bool) -> Result<Option<Metadata>> {
+        Ok(
+            match self.walk(None, path, Want::Object { follow }, true)? {
+                Walked::Object(h, d) => Some(Metadata::from_inode(h.ino, &d)),
+                _ => None,
             },
-            d,
         )
+    }
+
+    fn walk_or_leave(&self, base: Option<Handle>, path: &[u8], want: Want) -> Result<Walked> {
+        match self.walk(base, path, want, self.stay_inside)? {
+            Walked::Leaves => Err(Error::with_msg(libc::EXDEV, LEAVES_POOL)),
+            w => Ok(w),
+        }
     }
 
     /// Resolve all but the last component of `path`, starting at `base` for relative paths.
     pub(crate) fn resolve_parent(&self, base: Option<Handle>, path: &[u8]) -> Result<Parent> {
-        let _pin = self.core.shared.epochs.pin();
-        let mut links = 0;
-        self.resolve_parent_counted(base, path, &mut links)
-    }
-
-    fn start(&self, base: Option<Handle>, path: &[u8]) -> Result<(Handle, InodeData)> {
-        if path.first() == Some(&b'/') {
-            return Ok(self.root());
-        }
-        match base {
-            None => Ok(self.root()),
-            Some(h) => {
-                let d = self.read_inode(h.ino);
-                if d.is_free() || d.generation != h.generation {
-                    return Err(Error::ENOENT);
-                }
-                if !d.is_dir() {
-                    return Err(Error::ENOTDIR);
-                }
-                Ok((h, d))
-            }
-        }
-    }
-
-    fn resolve_parent_counted(
-        &self,
-        base: Option<Handle>,
-        path: &[u8],
-        links: &mut u32,
-    ) -> Result<Parent> {
-        if path.is_empty() {
-            return Err(Error::ENOENT);
-        }
-        // PATH_MAX bounds what the caller passes; a symlink's target spliced into the rest
-        // of the path may be longer (Linux follows link bodies separately).
-        if *links == 0 && path.len() >= PATH_MAX {
-            return Err(Error::ENAMETOOLONG);
-        }
-        if path.contains(&0) {
-            return Err(Error::EINVAL);
-        }
-        let (mut dir, mut dir_data) = self.start(base, path)?;
-        let trailing_slash = path.ends_with(b"/");
-        // Walk the components in place; each is known to be the last once no other follows.
-        let mut comps = path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .peekable();
-        let Some(mut c) = comps.next() else {
-            return Ok(Parent {
-                dir,
-                dir_data,
-                name: None,
-                trailing_slash,
-            });
-        };
-        while let Some(&next) = comps.peek() {
-            comps.next();
-            let this = std::mem::replace(&mut c, next);
-            if this.len() > dir::NAME_MAX {
-                return Err(Error::ENAMETOOLONG);
-            }
-            perm::check(&self.creds, &dir_data, X)?;
-            match this {
-                b"." => continue,
-                b".." => {
-                    (dir, dir_data) = self.parent_of(dir.ino);
-                    continue;
-                }
-                _ => {}
-            }
-            let (h, d) = self
-                .lookup_child_pinned(dir.ino, this)?
-                .ok_or(Error::ENOENT)?;
-            if d.is_symlink() {
-                *links += 1;
-                if *links > MAX_SYMLINKS {
-                    return Err(Error::ELOOP);
-                }
-                // The link's target followed by the rest of the path (which starts with '/'
-                // and keeps any trailing slash).
-                let end = this.as_ptr() as usize - path.as_ptr() as usize + this.len();
-                let mut p = self.readlink_data(h.ino, &d)?;
-                p.extend_from_slice(&path[end..]);
-                return self.resolve_parent_counted(Some(dir), &p, links);
-            }
-            if !d.is_dir() {
-                return Err(Error::ENOTDIR);
-            }
-            (dir, dir_data) = (h, d);
-        }
-        let last = c;
-        if !dir_data.is_dir() {
-            return Err(Error::ENOTDIR);
-        }
-        perm::check(&self.creds, &dir_data, X)?;
-        match last {
-            b"." => Ok(Parent {
-                dir,
-                dir_data,
-                name: None,
-                trailing_slash,
-            }),
-            b".." => {
-                let (dir, dir_data) = self.parent_of(dir.ino);
-                Ok(Parent {
-                    dir,
-                    dir_data,
-                    name: None,
-                    trailing_slash,
-                })
-            }
-            _ => Ok(Parent {
-                dir,
-                dir_data,
-                name: Some(last.to_vec()),
-                trailing_slash,
-            }),
+        match self.walk_or_leave(base, path, Want::Parent)? {
+            Walked::Parent(p) => Ok(p),
+            _ => unreachable!("a parent walk ends at a parent"),
         }
     }
 
@@ -248,37 +157,9 @@ impl Fs {
         path: &[u8],
         follow: bool,
     ) -> Result<(Handle, InodeData)> {
-        let _pin = self.core.shared.epochs.pin();
-        let mut links = 0;
-        let mut base = base;
-        // The caller's path until a symlink's target replaces it.
-        let mut target: Option<Vec<u8>> = None;
-        loop {
-            let path = target.as_deref().unwrap_or(path);
-            let p = self.resolve_parent_counted(base, path, &mut links)?;
-            let Some(name) = p.name else {
-                return Ok((p.dir, p.dir_data));
-            };
-            let (h, d) = self
-                .lookup_child_pinned(p.dir.ino, &name)?
-                .ok_or(Error::ENOENT)?;
-            if d.is_symlink() && (follow || p.trailing_slash) {
-                links += 1;
-                if links > MAX_SYMLINKS {
-                    return Err(Error::ELOOP);
-                }
-                let mut t = self.readlink_data(h.ino, &d)?;
-                if p.trailing_slash {
-                    t.push(b'/');
-                }
-                target = Some(t);
-                base = Some(p.dir);
-                continue;
-            }
-            if p.trailing_slash && !d.is_dir() {
-                return Err(Error::ENOTDIR);
-            }
-            return Ok((h, d));
+        match self.walk_or_leave(base, path, Want::Object { follow })? {
+            Walked::Object(h, d) => Ok((h, d)),
+            _ => unreachable!("an object walk ends at an object"),
         }
     }
 }

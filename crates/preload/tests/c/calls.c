@@ -575,6 +575,54 @@ static void relative(void) {
     CHECK(close(root) == 0 && close(tmp) == 0);
 }
 
+/* Paths the pool walks natively unless they may leave it: absolute symlinks (into the
+   mount prefix or out of it), ".." above the pool's root, relative links. */
+static void symlinks(void) {
+    section = "symlinks";
+    char real_file[4200], link_target[4200];
+    struct stat st, real_st;
+    snprintf(real_file, sizeof real_file, "%s/outside.txt", real_dir);
+    int fd = open(real_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && write(fd, "outside!", 8) == 8 && close(fd) == 0);
+    CHECK(mkdir(M "/sl", 0755) == 0 && mkdir(M "/sl/in", 0755) == 0);
+    put(M "/sl/in/f", "inside");
+    CHECK(symlink("in", M "/sl/rel") == 0);
+    CHECK(symlink(M "/sl/in", M "/sl/abs_in") == 0);
+    CHECK(symlink(real_dir, M "/sl/abs_out") == 0);
+    CHECK(stat(M "/sl/rel/f", &st) == 0 && st.st_size == 6);
+    CHECK(stat(M "/sl/abs_in/f", &st) == 0 && st.st_size == 6);
+    CHECK(lstat(M "/sl/abs_in", &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(stat(M "/sl/abs_in", &st) == 0 && S_ISDIR(st.st_mode));
+    /* Out of the pool: the real file, whatever the pool holds under the same name. */
+    CHECK(stat(real_file, &real_st) == 0);
+    CHECK(stat(M "/sl/abs_out/outside.txt", &st) == 0);
+    CHECK(st.st_ino == real_st.st_ino && st.st_dev == real_st.st_dev && st.st_size == 8);
+    CHECK(!strcmp(get(M "/sl/abs_out/outside.txt"), "outside!"));
+    /* ".." above the pool's root leads to the mount's parent directory. */
+    CHECK(stat(M "/../sl/in/f", &st) == -1 && errno == ENOENT);
+    CHECK(stat(M "/../engram/sl/in/f", &st) == 0 && st.st_size == 6);
+    CHECK(stat(M "/sl/../../engram/sl/rel/f", &st) == 0 && st.st_size == 6);
+    CHECK(symlink("/mnt", M "/sl/mnt") == 0);
+    CHECK(stat(M "/sl/mnt/engram/sl/in/f", &st) == 0 && st.st_size == 6);
+    fd = open(M "/sl/mnt/engram/sl/in/g", O_WRONLY | O_CREAT | O_EXCL, 0644);
+    CHECK(fd >= 0 && close(fd) == 0);
+    CHECK(stat(M "/sl/in/g", &st) == 0 && S_ISREG(st.st_mode));
+    /* Created through links: inside, and out of the pool. */
+    fd = open(M "/sl/abs_in/new", O_WRONLY | O_CREAT | O_EXCL, 0644);
+    CHECK(fd >= 0 && close(fd) == 0);
+    CHECK(stat(M "/sl/in/new", &st) == 0 && S_ISREG(st.st_mode));
+    fd = open(M "/sl/abs_out/made_through_link", O_WRONLY | O_CREAT | O_EXCL, 0644);
+    CHECK(fd >= 0 && write(fd, "r", 1) == 1 && close(fd) == 0);
+    snprintf(link_target, sizeof link_target, "%s/made_through_link", real_dir);
+    CHECK(stat(link_target, &real_st) == 0 && real_st.st_size == 1);
+    CHECK(unlink(link_target) == 0 && unlink(real_file) == 0);
+    /* Errors stay the kernel's. */
+    CHECK(stat(M "/sl/in/f/x", &st) == -1 && errno == ENOTDIR);
+    CHECK(stat(M "/sl/in/nothing", &st) == -1 && errno == ENOENT);
+    CHECK(stat(M "/sl/in/f/", &st) == -1 && errno == ENOTDIR);
+    CHECK(stat(M "/sl/abs_out/nothing", &st) == -1 && errno == ENOENT);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2 && strlen(argv[1]) < sizeof real_dir);
     strcpy(real_dir, argv[1]);
@@ -589,6 +637,7 @@ int main(int argc, char **argv) {
     vectored();
     boundary();
     relative();
+    symlinks();
     printf("CALLS-OK\n");
     return 0;
 }
