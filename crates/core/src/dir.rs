@@ -434,7 +434,7 @@ pub struct Found {
 
 /// Find `name` in the directory whose root word is `root`, for the server.
 pub fn find(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Found>> {
-    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, slot)| found_at(pool, leaf, slot, name)))
+    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, _, slot)| found_at(pool, leaf, slot, name)))
 }
 
 fn found_at(pool: &Pool, leaf: u64, slot: u64, name: &[u8]) -> Found {
@@ -465,9 +465,10 @@ pub fn probe(
     if !name.is_empty() && name.len() <= NAME_MAX {
         // The candidates in slot order, as `find_slot` tries them.
         let mut candidates = header_mask(pool, loc.leaf, fingerprint(hash));
+        let page = pool.slice(loc.leaf, PAGE);
         while candidates != 0 {
             let slot = candidates.trailing_zeros() as u64 + 1;
-            if slot_holds(pool, loc.leaf, slot, hash, name) {
+            if slot_holds(page, slot, hash, name) {
                 found = Some(found_at(pool, loc.leaf, slot, name));
                 break;
             }
