@@ -53,7 +53,7 @@ fn open_inside(raw: &[u8], flags: c_int, mode: u32) -> Res<Option<c_int>> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(libc::EOPNOTSUPP);
     }
-    let fs = session::fs()?.staying_inside();
+    let fs = session::fs_inside()?;
     let file = match fs.open_file(raw, &options(flags, mode)) {
         Ok(f) => f,
         Err(e) if e.leaves_pool() => return Ok(None),
@@ -79,7 +79,7 @@ fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int
             return Ok(fd);
         }
         match side(r, follow)? {
-            Side::Pool(fs, p) => open_pool(&fs, &p, flags, mode),
+            Side::Pool(fs, p) => open_pool(fs, &p, flags, mode),
             Side::Real(p) => {
                 // SAFETY: a valid C path; flags and mode as the caller gave them.
                 let fd = unsafe { real::open64(p.as_ptr(), flags, mode) };

@@ -55,7 +55,7 @@ pub enum Side {
     /// It resolved outside the pool: libc, with this absolute path.
     Real(CString),
     /// A canonical pool path.
-    Pool(Fs, Vec<u8>),
+    Pool(&'static Fs, Vec<u8>),
 }
 
 pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
@@ -64,7 +64,7 @@ pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
         Route::Pass => return Err(libc::EINVAL),
     };
     let fs = session::fs()?;
-    Ok(match resolve(&fs, &raw, follow)? {
+    Ok(match resolve(fs, &raw, follow)? {
         Resolved::Inside(p) => Side::Pool(fs, p),
         Resolved::Outside(p) => Side::Real(cstring(&p)?),
     })

@@ -77,8 +77,18 @@ fn next_comp(p: &[u8], mut i: usize) -> Option<(usize, usize)> {
 
 /// If absolute `path` lies under the mount prefix (component by component), the rest of it
 /// (empty, or starting with '/').
+#[inline(always)]
 pub fn strip_mount(path: &[u8]) -> Option<&[u8]> {
-    strip_prefix(&config().mount, path)
+    let m = &config().mount[..];
+    // The usual spelling: the prefix's very bytes (absolute, never "/", no trailing slash:
+    // see `config`), ending at a component boundary.
+    if path.len() >= m.len() && same(&path[..m.len()], m) {
+        let rest = &path[m.len()..];
+        if rest.first().is_none_or(|&b| b == b'/') {
+            return Some(rest);
+        }
+    }
+    strip_by_component(m, path)
 }
 
 fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
@@ -86,11 +96,21 @@ fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
         return None;
     }
     // The usual spelling: the prefix's very bytes, ending at a component boundary.
-    if !prefix.ends_with(b"/")
-        && let Some(rest) = path.strip_prefix(prefix)
-        && (rest.is_empty() || rest[0] == b'/')
+    if !prefix.ends_with(b"/") && path.len() >= prefix.len() && same(&path[..prefix.len()], prefix)
     {
-        return Some(rest);
+        let rest = &path[prefix.len()..];
+        if rest.is_empty() || rest[0] == b'/' {
+            return Some(rest);
+        }
+    }
+    strip_by_component(prefix, path)
+}
+
+/// `strip_prefix` for other spellings ("//mnt/./engram/f"), kept out of line.
+#[inline(never)]
+fn strip_by_component<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
+    if path.first() != Some(&b'/') {
+        return None;
     }
     let (mut i, mut j) = (0, 0);
     while let Some((ms, me)) = next_comp(prefix, i) {
@@ -102,6 +122,27 @@ fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
         j = pe;
     }
     Some(&path[j..])
+}
+
+/// Whether two slices of equal length hold the same bytes: compared a word at a time, inline
+/// (a call to memcmp costs more than the comparison of a short prefix).
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    debug_assert_eq!(n, b.len());
+    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    // The last (possibly overlapping) word.
+    word(a, n - 8) == word(b, n - 8)
 }
 
 /// Join and normalise lexically ("." and ".." removed) into `out`; returns the length.
@@ -267,6 +308,7 @@ fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
 ///
 /// # Safety
 /// `path` is null or a valid C string.
+#[inline(always)]
 pub unsafe fn route<'a>(dirfd: c_int, path: *const c_char) -> Res<Route<'a>> {
     if path.is_null() {
         return Ok(Route::Pass);
@@ -276,6 +318,7 @@ pub unsafe fn route<'a>(dirfd: c_int, path: *const c_char) -> Res<Route<'a>> {
     route_bytes(dirfd, p)
 }
 
+#[inline(always)]
 pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
     if p.first() == Some(&b'/') {
         return Ok(match strip_mount(p) {
@@ -287,6 +330,13 @@ pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
             None => Route::Pass,
         });
     }
+    route_relative(dirfd, p)
+}
+
+/// `route_bytes` for a relative path: out of line, since its buffers would make every call
+/// probe pages of stack.
+#[inline(never)]
+fn route_relative(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
     if dirfd != libc::AT_FDCWD {
         if !table::is_ours(dirfd) {
             return Ok(route_real_dir(dirfd, p));
@@ -422,6 +472,28 @@ mod tests {
         assert_eq!(strip_prefix(m, b"/mnt/engram/"), Some(&b"/"[..]));
         assert_eq!(strip_prefix(b"/", b"/a"), Some(&b"/a"[..]));
         assert_eq!(strip_prefix(b"/", b"/"), Some(&b"/"[..]));
+        let long = b"/a/rather/long/mount/prefix";
+        assert_eq!(
+            strip_prefix(long, b"/a/rather/long/mount/prefix/f"),
+            Some(&b"/f"[..])
+        );
+        assert_eq!(strip_prefix(long, b"/a/rather/long/mount/prefiy/f"), None);
+        assert_eq!(strip_prefix(long, b"/a/rather/lonG/mount/prefix/f"), None);
+        assert_eq!(strip_prefix(b"/mnt", b"/mnt/f"), Some(&b"/f"[..]));
+        assert_eq!(strip_prefix(b"/mnt", b"/mnu/f"), None);
+    }
+
+    #[test]
+    fn same_compares_every_byte() {
+        let a: Vec<u8> = (0..40).collect();
+        for n in 0..40 {
+            assert!(same(&a[..n], &a[..n]));
+            for k in 0..n {
+                let mut b = a[..n].to_vec();
+                b[k] ^= 1;
+                assert!(!same(&a[..n], &b), "n {n} k {k}");
+            }
+        }
     }
 
     #[test]

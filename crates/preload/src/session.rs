@@ -7,8 +7,9 @@ use crate::route::config;
 use crate::util::{ReadGuard, Res, SpinRw, warn};
 use engram_core::{Fs, Options};
 use libc::c_int;
+use std::ptr::null_mut;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Bumped in the child of every `fork`: state made under an older generation belongs to
 /// the parent.
@@ -37,6 +38,9 @@ pub fn after_fork_parent() {
 }
 
 pub fn after_fork_child() {
+    // The parent's connection is the parent's: the next call takes the slow path and
+    // forgets it (the child has one thread, outside any operation, so no borrow is live).
+    FAST.store(null_mut(), Ordering::Release);
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     crate::table::unlock_after_fork();
     OPS.write_unlock();
@@ -49,8 +53,22 @@ enum Mode {
     InProcess,
 }
 
+/// A connection: the pool as every call sees it, and the view whose walks stop where the
+/// process's namespace would leave the pool (`Fs::staying_inside`). Leaked when made, so
+/// that borrowing it needs neither a lock nor a reference count: a thread may still be
+/// using it after a fork or an unmount made it stale (one per connection, and a process
+/// connects once, or once more per forked child).
+pub struct Conn {
+    pub fs: Fs,
+    pub inside: Fs,
+}
+
+/// The current connection, published for lock-free borrowing; null until connected, in a
+/// forked child until it reconnects, and after shutdown.
+static FAST: AtomicPtr<Conn> = AtomicPtr::new(null_mut());
+
 struct State {
-    fs: Option<Fs>,
+    fs: Option<&'static Conn>,
     epoch: u64,
     failed: Option<c_int>,
     mode: Mode,
@@ -73,22 +91,47 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 }
 
 /// The pool, connecting (or reconnecting after fork) if needed.
-pub fn fs() -> Res<Fs> {
+#[inline]
+pub fn fs() -> Res<&'static Fs> {
+    conn().map(|c| &c.fs)
+}
+
+/// The pool as `Fs::staying_inside` sees it.
+#[inline]
+pub fn fs_inside() -> Res<&'static Fs> {
+    conn().map(|c| &c.inside)
+}
+
+#[inline]
+fn conn() -> Res<&'static Conn> {
+    let p = FAST.load(Ordering::Acquire);
+    if p.is_null() {
+        return connect_slow();
+    }
+    // SAFETY: FAST only ever holds a leaked `Conn`, never freed.
+    Ok(unsafe { &*p })
+}
+
+#[cold]
+fn connect_slow() -> Res<&'static Conn> {
     let epoch = generation();
     let mut s = state();
     if s.epoch != epoch {
         forget_parent(&mut s, epoch);
     }
-    if let Some(fs) = &s.fs {
-        return Ok(fs.clone());
+    if let Some(c) = s.fs {
+        return Ok(c);
     }
     if let Some(e) = s.failed {
         return Err(e);
     }
     match crate::util::with_low_fds_taken(|| connect(&mut s)) {
         Ok(fs) => {
-            s.fs = Some(fs.clone());
-            Ok(fs)
+            let inside = fs.staying_inside();
+            let c: &'static Conn = Box::leak(Box::new(Conn { fs, inside }));
+            s.fs = Some(c);
+            FAST.store(c as *const Conn as *mut Conn, Ordering::Release);
+            Ok(c)
         }
         Err((e, msg)) => {
             warn(&format!(
@@ -111,9 +154,8 @@ pub fn pool_id() -> u64 {
 /// would send its requests from this process).
 fn forget_parent(s: &mut State, epoch: u64) {
     s.epoch = epoch;
-    if let Some(old) = s.fs.take() {
-        std::mem::forget(old);
-    }
+    // Leaked: never used nor dropped here.
+    s.fs = None;
     match s.mode {
         Mode::Daemon => {
             if s.sock_fd >= 0 {
@@ -223,8 +265,11 @@ pub fn shutdown() {
     unsafe { libc::fflush(std::ptr::null_mut()) };
     crate::table::clear_all();
     s = state();
-    if let Some(fs) = s.fs.take() {
-        let _ = fs.unmount();
+    FAST.store(null_mut(), Ordering::Release);
+    if let Some(c) = s.fs.take() {
+        // A thread still holding the (leaked) connection gets the errors of an unmounted
+        // pool, as it did with a clone.
+        let _ = c.fs.clone().unmount();
     }
     s.failed = Some(libc::EIO);
 }

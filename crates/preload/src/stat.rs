@@ -16,10 +16,19 @@ pub const DEV_MINOR: u32 = 0x42;
 /// f_type of statfs: "ENGR".
 pub const FS_MAGIC: i64 = 0x454E_4752;
 
+#[inline]
 fn split(ns: i64) -> (i64, i64) {
-    (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+    const NS: i64 = 1_000_000_000;
+    if ns >= 0 {
+        // Unsigned division by a constant: a multiply and a shift, no sign fix-ups.
+        let u = ns as u64;
+        ((u / NS as u64) as i64, (u % NS as u64) as i64)
+    } else {
+        (ns.div_euclid(NS), ns.rem_euclid(NS))
+    }
 }
 
+#[inline(always)]
 pub fn fill_stat(m: &Metadata, st: &mut libc::stat) {
     // SAFETY: libc::stat is plain data; all-zero is a valid value.
     *st = unsafe { std::mem::zeroed() };
@@ -32,9 +41,21 @@ pub fn fill_stat(m: &Metadata, st: &mut libc::stat) {
     st.st_size = m.size as i64;
     st.st_blksize = m.blksize as _;
     st.st_blocks = m.blocks as i64;
-    (st.st_atime, st.st_atime_nsec) = split(m.atime_ns);
-    (st.st_mtime, st.st_mtime_nsec) = split(m.mtime_ns);
-    (st.st_ctime, st.st_ctime_nsec) = split(m.ctime_ns);
+    // A write sets mtime and ctime together, a create all three: split each value once.
+    let a = split(m.atime_ns);
+    let mt = if m.mtime_ns == m.atime_ns {
+        a
+    } else {
+        split(m.mtime_ns)
+    };
+    let c = if m.ctime_ns == m.mtime_ns {
+        mt
+    } else {
+        split(m.ctime_ns)
+    };
+    (st.st_atime, st.st_atime_nsec) = a;
+    (st.st_mtime, st.st_mtime_nsec) = mt;
+    (st.st_ctime, st.st_ctime_nsec) = c;
 }
 
 fn ts(ns: i64) -> libc::statx_timestamp {
@@ -69,12 +90,16 @@ pub fn stat_of(of: &OpenFile) -> Res<Metadata> {
     session::fs()?.stat_handle(of.handle()).map_err(en)
 }
 
-/// The metadata a routed path names (following a final symlink if `follow`), or the real
-/// path it leads to outside the pool.
-pub fn stat_routed(
+/// Look up a routed path (following a final symlink if `follow`): `meta` gets its metadata,
+/// or `real` the real path it leads to outside the pool. Inline, so that the metadata goes
+/// straight from the walk into the caller's buffer.
+#[inline(always)]
+pub fn stat_routed<T>(
     r: Res<crate::route::Route>,
     follow: bool,
-) -> Res<Result<Metadata, std::ffi::CString>> {
+    meta: impl FnOnce(&Metadata) -> Res<T>,
+    real: impl FnOnce(&std::ffi::CStr) -> Res<T>,
+) -> Res<T> {
     let raw = match r? {
         crate::route::Route::Ours(raw) => raw,
         crate::route::Route::Pass => return Err(libc::EINVAL),
@@ -83,11 +108,23 @@ pub fn stat_routed(
     // One walk of the pool, unless the path may leave it (an absolute symlink, ".." in
     // the root): then the shim's own walk, which has usually looked the object up too.
     match fs.stat_inside(&raw, follow) {
-        Ok(Some(m)) => return Ok(Ok(m)),
-        Ok(None) => {}
-        Err(e) => return Err(e.errno()),
+        Ok(Some(m)) => meta(&m),
+        Ok(None) => match stat_walked(fs, &raw, follow)? {
+            Ok(m) => meta(&m),
+            Err(p) => real(&p),
+        },
+        Err(e) => Err(e.errno()),
     }
-    let w = walk(&fs, &raw, follow, true)?;
+}
+
+/// `stat_routed` by the shim's own walk.
+#[cold]
+fn stat_walked(
+    fs: &engram_core::Fs,
+    raw: &[u8],
+    follow: bool,
+) -> Res<Result<Metadata, std::ffi::CString>> {
+    let w = walk(fs, raw, follow, true)?;
     Ok(match (w.resolved, w.found) {
         (Resolved::Inside(_), Some((_, m))) => Ok(m),
         (Resolved::Inside(p), None) => {
@@ -97,33 +134,34 @@ pub fn stat_routed(
     })
 }
 
-fn do_stat(r: Res<crate::route::Route>, follow: bool, st: *mut libc::stat) -> c_int {
-    guard(-1, || {
-        let _op = op();
-        match stat_routed(r, follow)? {
-            Ok(m) => {
-                // SAFETY: the caller's stat buffer.
-                fill_stat(&m, unsafe { &mut *st });
-                Ok(0)
-            }
-            Err(p) => {
-                let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
-                // SAFETY: real fstatat on the resolved path into the caller's buffer.
-                let r = unsafe { real::fstatat64(libc::AT_FDCWD, p.as_ptr(), st, flags) };
-                if r < 0 { Err(errno()) } else { Ok(0) }
-            }
-        }
-    })
+/// stat of a routed path into the caller's buffer (inside the export's guard).
+#[inline(always)]
+fn do_stat(r: Res<crate::route::Route>, follow: bool, st: *mut libc::stat) -> Res<c_int> {
+    let _op = op();
+    stat_routed(
+        r,
+        follow,
+        |m| {
+            // SAFETY: the caller's stat buffer.
+            fill_stat(m, unsafe { &mut *st });
+            Ok(0)
+        },
+        |p| {
+            let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+            // SAFETY: real fstatat on the resolved path into the caller's buffer.
+            let r = unsafe { real::fstatat64(libc::AT_FDCWD, p.as_ptr(), st, flags) };
+            if r < 0 { Err(errno()) } else { Ok(0) }
+        },
+    )
 }
 
-fn do_fstat(of: &OpenFile, st: *mut libc::stat) -> c_int {
-    guard(-1, || {
-        let _op = op();
-        let m = stat_of(of)?;
-        // SAFETY: the caller's stat buffer.
-        fill_stat(&m, unsafe { &mut *st });
-        Ok(0)
-    })
+/// fstat of one of our descriptors into the caller's buffer (inside the export's guard).
+fn do_fstat(of: &OpenFile, st: *mut libc::stat) -> Res<c_int> {
+    let _op = op();
+    let m = stat_of(of)?;
+    // SAFETY: the caller's stat buffer.
+    fill_stat(&m, unsafe { &mut *st });
+    Ok(0)
 }
 
 macro_rules! stats {
@@ -132,7 +170,7 @@ macro_rules! stats {
         pub unsafe extern "C" fn $name(path: *const c_char, st: *mut libc::stat) -> c_int {
     crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(path, st));
-            do_stat(r, $follow, st)
+            do_stat(r, $follow, st)?
         })
 }
     )*};
@@ -145,7 +183,7 @@ macro_rules! xstats {
         pub unsafe extern "C" fn $name(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
     crate::guarded!(-1, {
             let r = routed!(libc::AT_FDCWD, path, real::$name(ver, path, st));
-            do_stat(r, $follow, st)
+            do_stat(r, $follow, st)?
         })
 }
     )*};
@@ -158,7 +196,7 @@ macro_rules! fstats {
         pub unsafe extern "C" fn $name(fd: c_int, st: *mut libc::stat) -> c_int {
     crate::guarded!(-1, {
             let of = ours!(fd, real::$name(fd, st));
-            do_fstat(&of, st)
+            do_fstat(&of, st)?
         })
 }
     )*};
@@ -171,7 +209,7 @@ macro_rules! fxstats {
         pub unsafe extern "C" fn $name(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
     crate::guarded!(-1, {
             let of = ours!(fd, real::$name(ver, fd, st));
-            do_fstat(&of, st)
+            do_fstat(&of, st)?
         })
 }
     )*};
@@ -193,18 +231,18 @@ fn fstatat_impl(
     st: *mut libc::stat,
     flags: c_int,
     pass: impl FnOnce() -> c_int,
-) -> c_int {
+) -> Res<c_int> {
     // SAFETY: the caller's path.
     if unsafe { empty_path(path, flags) } {
         return match table::get(dirfd) {
             Some(of) => do_fstat(&of, st),
-            None => pass(),
+            None => Ok(pass()),
         };
     }
     // SAFETY: the caller's path.
     let r = unsafe { crate::route::route(dirfd, path) };
     if let Ok(crate::route::Route::Pass) = r {
-        return pass();
+        return Ok(pass());
     }
     do_stat(r, flags & libc::AT_SYMLINK_NOFOLLOW == 0, st)
 }
@@ -215,7 +253,7 @@ macro_rules! fstatats {
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
     crate::guarded!(-1, {
             // SAFETY: forwarding unchanged when not ours.
-            fstatat_impl(dirfd, path, st, flags, || unsafe { real::$name(dirfd, path, st, flags) })
+            fstatat_impl(dirfd, path, st, flags, || unsafe { real::$name(dirfd, path, st, flags) })?
         })
 }
     )*};
@@ -228,7 +266,7 @@ macro_rules! fxstatats {
         pub unsafe extern "C" fn $name(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
     crate::guarded!(-1, {
             // SAFETY: forwarding unchanged when not ours.
-            fstatat_impl(dirfd, path, st, flags, || unsafe { real::$name(ver, dirfd, path, st, flags) })
+            fstatat_impl(dirfd, path, st, flags, || unsafe { real::$name(ver, dirfd, path, st, flags) })?
         })
 }
     )*};
@@ -260,20 +298,19 @@ pub unsafe extern "C" fn statx(
         };
         guard(-1, || {
             let _op = op();
-            let m = match &of {
-                Some(of) => stat_of(of)?,
-                None => match stat_routed(r, flags & libc::AT_SYMLINK_NOFOLLOW == 0)? {
-                    Ok(m) => m,
-                    Err(p) => {
-                        // SAFETY: real statx on the resolved path into the caller's buffer.
-                        let r = unsafe { real::statx(libc::AT_FDCWD, p.as_ptr(), flags, mask, st) };
-                        return if r < 0 { Err(errno()) } else { Ok(0) };
-                    }
-                },
+            let fill = |m: &Metadata| {
+                // SAFETY: the caller's statx buffer.
+                fill_statx(m, unsafe { &mut *st });
+                Ok(0)
             };
-            // SAFETY: the caller's statx buffer.
-            fill_statx(&m, unsafe { &mut *st });
-            Ok(0)
+            match &of {
+                Some(of) => fill(&stat_of(of)?),
+                None => stat_routed(r, flags & libc::AT_SYMLINK_NOFOLLOW == 0, fill, |p| {
+                    // SAFETY: real statx on the resolved path into the caller's buffer.
+                    let r = unsafe { real::statx(libc::AT_FDCWD, p.as_ptr(), flags, mask, st) };
+                    if r < 0 { Err(errno()) } else { Ok(0) }
+                }),
+            }
         })
     })
 }
@@ -322,18 +359,20 @@ fn statfs_routed<T>(
 ) -> c_int {
     guard(-1, || {
         let _op = op();
-        match stat_routed(r, true)? {
-            Ok(_) => {
+        stat_routed(
+            r,
+            true,
+            |_| {
                 // SAFETY: the caller's buffer.
                 fill(&statfs_pool()?, unsafe { &mut *out });
                 Ok(0)
-            }
-            Err(p) => {
+            },
+            |p| {
                 // SAFETY: the real call on the resolved path.
                 let r = unsafe { real_fn(p.as_ptr(), out) };
                 if r < 0 { Err(errno()) } else { Ok(0) }
-            }
-        }
+            },
+        )
     })
 }
 
@@ -393,11 +432,13 @@ pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> c_long {
         let r = routed!(libc::AT_FDCWD, path, real::pathconf(path, name));
         guard(-1, || {
             let _op = op();
-            match stat_routed(r, true)? {
-                Ok(_) => Ok(conf(name)),
+            stat_routed(
+                r,
+                true,
+                |_| Ok(conf(name)),
                 // SAFETY: the real call on the resolved path.
-                Err(p) => Ok(unsafe { real::pathconf(p.as_ptr(), name) }),
-            }
+                |p| Ok(unsafe { real::pathconf(p.as_ptr(), name) }),
+            )
         })
     })
 }

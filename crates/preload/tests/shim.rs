@@ -16,6 +16,23 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// A scratch directory with a fresh 16 MiB pool in it.
+fn fresh_pool(name: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let pool = dir.join("p.pool");
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    (dir, pool)
+}
+
+/// The shell unmounted the pool cleanly at exit, and /f holds `want`.
+fn clean_with(dir: PathBuf, pool: &std::path::Path, want: &[u8]) {
+    let fs = Fs::open(pool, &Default::default()).unwrap();
+    assert!(fs.mount_info().was_clean);
+    assert_eq!(fs.read_file("/f").unwrap(), want);
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn in_process(pool: &std::path::Path, script: &str) -> std::process::Output {
     let mut c = Command::new("bash");
     c.args(["-c", script])
@@ -29,9 +46,7 @@ fn in_process(pool: &std::path::Path, script: &str) -> std::process::Output {
 
 #[test]
 fn in_process_pool_is_exclusive_with_a_clear_error() {
-    let dir = scratch("inproc");
-    let pool = dir.join("p.pool");
-    Fs::mkfs(&pool, 16 << 20).unwrap();
+    let (dir, pool) = fresh_pool("inproc");
     // One process (the shell's builtins) uses the pool; a child process cannot.
     let out = in_process(
         &pool,
@@ -46,12 +61,7 @@ fn in_process_pool_is_exclusive_with_a_clear_error() {
     );
     assert!(stderr.contains("in use by another process"), "{stderr}");
     assert!(stderr.contains("engram run"), "{stderr}");
-    // The shell unmounted cleanly at exit.
-    let fs = Fs::open(&pool, &Default::default()).unwrap();
-    assert!(fs.mount_info().was_clean);
-    assert_eq!(fs.read_file("/f").unwrap(), b"one\n");
-    drop(fs);
-    let _ = std::fs::remove_dir_all(&dir);
+    clean_with(dir, &pool, b"one\n");
 }
 
 #[test]
@@ -69,4 +79,26 @@ fn a_missing_pool_fails_only_calls_under_the_prefix_and_says_so_once() {
     assert_eq!(stderr.matches("engram-preload: ").count(), 3, "{stderr}");
     assert!(stderr.contains("nope.pool"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_forked_child_of_an_in_process_pool_fails_cleanly_and_the_parent_goes_on() {
+    let (dir, pool) = fresh_pool("forked");
+    // The shell connects (and borrows the connection) before each subshell forks: the
+    // child must not use the parent's connection, the parent keeps it.
+    let out = in_process(
+        &pool,
+        "echo one > /mnt/engram/f; [ -e /mnt/engram/f ] && echo exists; \
+         ( read x < /mnt/engram/f; echo \"child=$?\" ); \
+         ( [ -e /mnt/engram/f ]; echo \"child-test=$?\" ); \
+         read y < /mnt/engram/f; echo \"parent=$y\"; echo two >> /mnt/engram/f",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stdout, "exists\nchild=1\nchild-test=1\nparent=one\n",
+        "{stderr}"
+    );
+    assert!(stderr.contains("forked child cannot use it"), "{stderr}");
+    clean_with(dir, &pool, b"one\ntwo\n");
 }
