@@ -42,8 +42,8 @@ pub fn after_fork_child() {
     // forgets it (the child has one thread, outside any operation, so no borrow is live).
     FAST.store(null_mut(), Ordering::Release);
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
-    crate::table::unlock_after_fork();
-    OPS.write_unlock();
+    crate::table::unlock_in_child();
+    OPS.reset_after_fork();
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -502,3 +502,8 @@ pub fn lock_for_fork() {
 pub fn unlock_after_fork() {
     LOCK.write_unlock();
 }
+
+/// In the forked child: the lock free, with no reader of the parent's threads counted.
+pub fn unlock_in_child() {
+    LOCK.reset_after_fork();
+}

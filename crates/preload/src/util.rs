@@ -19,7 +19,9 @@ pub fn errno() -> c_int {
 }
 
 /// Run `f`, turning its error or any panic into `errno` and the C failure value `fail`.
-/// A panic must never unwind into C.
+/// A panic must never unwind into C. Inline: `catch_unwind` is only a landing pad, and the
+/// export's body then runs in the export's own frame.
+#[inline(always)]
 pub fn guard<R>(fail: R, f: impl FnOnce() -> Res<R>) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
@@ -77,19 +79,27 @@ impl SpinRw {
         SpinRw(AtomicU32::new(0))
     }
 
+    /// One atomic add when no writer holds the lock; a reader that finds one backs its add
+    /// out and waits (so a writer sees only its own bit, or transient reader counts).
+    #[inline]
     pub fn read(&self) -> ReadGuard<'_> {
+        if self.0.fetch_add(1, Ordering::Acquire) & WRITER != 0 {
+            self.read_slow();
+        }
+        ReadGuard(self)
+    }
+
+    #[cold]
+    fn read_slow(&self) {
         let mut spins = 0u32;
         loop {
-            let s = self.0.load(Ordering::Relaxed);
-            if s & WRITER == 0
-                && self
-                    .0
-                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return ReadGuard(self);
+            self.0.fetch_sub(1, Ordering::Relaxed);
+            while self.0.load(Ordering::Relaxed) & WRITER != 0 {
+                backoff(&mut spins);
             }
-            backoff(&mut spins);
+            if self.0.fetch_add(1, Ordering::Acquire) & WRITER == 0 {
+                return;
+            }
         }
     }
 
@@ -105,7 +115,14 @@ impl SpinRw {
         }
     }
 
+    /// Release the write side, keeping the counts of readers that are backing out.
     pub fn write_unlock(&self) {
+        self.0.fetch_and(!WRITER, Ordering::Release);
+    }
+
+    /// In a forked child (one thread): no reader is left, whatever the parent's threads had
+    /// counted when the process was copied.
+    pub fn reset_after_fork(&self) {
         self.0.store(0, Ordering::Release);
     }
 
@@ -194,4 +211,38 @@ pub fn with_low_fds_taken<T>(f: impl FnOnce() -> T) -> T {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpinRw;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn spin_rw_readers_nest_and_wait_for_a_writer() {
+        static L: SpinRw = SpinRw::new();
+        static READ: AtomicBool = AtomicBool::new(false);
+        {
+            let _a = L.read();
+            let _b = L.read();
+        }
+        L.write_lock();
+        let t = std::thread::spawn(|| {
+            let _g = L.read();
+            READ.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !READ.load(Ordering::SeqCst),
+            "a reader got in under the writer"
+        );
+        L.write_unlock();
+        t.join().unwrap();
+        assert!(READ.load(Ordering::SeqCst));
+        // Free again: the writer gets in once the readers are gone.
+        drop(L.write());
+        L.write_lock();
+        L.reset_after_fork();
+        drop(L.read());
+    }
 }
