@@ -45,8 +45,8 @@ struct DescPage {
 
 /// The state of a new description, in this process's memory (the path stays with the
 /// caller until the description is published).
-pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> Box<DescState> {
-    Box::new(DescState {
+pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> DescState {
+    DescState {
         magic: DESC_MAGIC,
         ino,
         generation,
@@ -54,7 +54,7 @@ pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> Box<DescS
         offset: AtomicU64::new(0),
         is_dir: is_dir as u32,
         path_len: 0,
-    })
+    }
 }
 
 /// The path stored in a published page.

@@ -32,7 +32,7 @@ fn install(file: engram_core::File, path: &[u8], is_dir: bool, flags: c_int) -> 
     while p.len() > 1 && p.ends_with(b"/") {
         p.pop();
     }
-    table::create(file, &p, is_dir, flags)
+    table::create(file, p, is_dir, flags)
 }
 
 /// Open a canonical pool path; returns the reserved descriptor.

@@ -39,11 +39,10 @@ struct Bound {
 
 /// An open file description of ours.
 pub struct OpenFile {
-    /// The state: `private` until published, then a memfd page.
+    /// The memfd page holding the state once published; null while it is `private`.
     desc: AtomicPtr<DescState>,
-    /// Owns the private state `desc` points to until publication (kept until drop: a
-    /// thread may still hold the old pointer).
-    _private: Option<Box<DescState>>,
+    /// The state until publication (kept until drop: a thread may still be using it).
+    private: DescState,
     published: AtomicBool,
     handle: Handle,
     path: Vec<u8>,
@@ -73,8 +72,12 @@ pub fn release<T>(epoch: u64, v: T) {
 
 impl OpenFile {
     fn desc(&self) -> &DescState {
-        // SAFETY: both the private state and the page live until this object is dropped.
-        unsafe { &*self.desc.load(Ordering::Acquire) }
+        let p = self.desc.load(Ordering::Acquire);
+        if p.is_null() {
+            return &self.private;
+        }
+        // SAFETY: the page stays mapped until this object is dropped.
+        unsafe { &*p }
     }
 
     fn is_published(&self) -> bool {
@@ -258,7 +261,7 @@ impl Drop for OpenFile {
 }
 
 /// Make a new description for `file` and return the descriptor reserved for it.
-pub fn create(file: File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int> {
+pub fn create(file: File, path: Vec<u8>, is_dir: bool, flags: c_int) -> Res<c_int> {
     let cloexec = flags & libc::O_CLOEXEC != 0;
     let fd = desc::placeholder(cloexec)?;
     if fd as usize >= MAX_FDS {
@@ -267,18 +270,18 @@ pub fn create(file: File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int>
         return Err(libc::EMFILE);
     }
     let handle = file.handle();
-    let mut private = desc::private(
+    let private = desc::private(
         handle.ino,
         handle.generation,
         (flags & KEEP_FLAGS) as u32,
         is_dir,
     );
     let of = OpenFile {
-        desc: AtomicPtr::new(&mut *private),
-        _private: Some(private),
+        desc: AtomicPtr::new(null_mut()),
+        private,
         published: AtomicBool::new(false),
         handle,
-        path: path.to_vec(),
+        path,
         is_dir,
         bound: RwLock::new(Some(Bound {
             epoch: session::generation(),
@@ -310,7 +313,8 @@ fn adopt(fd: c_int) -> Option<OpenFile> {
     }
     Some(OpenFile {
         desc: AtomicPtr::new(desc.as_ptr()),
-        _private: None,
+        // Unused: the state is the inherited page.
+        private: desc::private(d.ino, d.generation, 0, d.is_dir != 0),
         published: AtomicBool::new(true),
         handle: Handle {
             ino: d.ino,
