@@ -45,9 +45,6 @@ impl Fs {
         if !opts.read && !opts.write {
             opts.read = true;
         }
-        let mut created = false;
-        // A file that the create request also opened: dropped (closed) on any error below.
-        let mut opened: Option<File> = None;
         let (h, d) = if opts.create {
             let p = self.resolve_parent(base(dir), path)?;
             let Some(name) = p.name else {
@@ -85,17 +82,22 @@ impl Fs {
                         open: Some(opts.write),
                     };
                     let (h, c) = self.call_entry(req)?;
-                    created = c;
                     if c {
-                        opened = Some(File::opened(self.clone(), h, opts));
+                        // A new empty regular file: no directory, nothing to truncate, no
+                        // permission to check, so its inode need not be read.
+                        if opts.directory {
+                            drop(File::opened(self.clone(), h, opts));
+                            return Err(Error::ENOTDIR);
+                        }
+                        return Ok(File::opened(self.clone(), h, opts));
                     }
                     let d = self.read_inode(h.ino);
                     // Another thread or process may have made the name a directory or a
                     // symlink since the lookup: the server then returns what is there.
-                    if !c && d.is_dir() {
+                    if d.is_dir() {
                         return Err(Error::EISDIR);
                     }
-                    if !c && d.is_symlink() {
+                    if d.is_symlink() {
                         if opts.nofollow {
                             return Err(symlink_not_followed(&opts));
                         }
@@ -121,19 +123,13 @@ impl Fs {
         if d.is_dir() && (opts.write || opts.truncate) {
             return Err(Error::EISDIR);
         }
-        if !created {
-            let want =
-                if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
-            perm::check(self.creds(), &d, want)?;
-        }
+        let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
+        perm::check(self.creds(), &d, want)?;
         // Linux truncates on O_TRUNC even when opened read-only (write permission checked).
         if opts.truncate && d.is_reg() && d.size > 0 {
             self.truncate_handle(h, 0)?;
         }
-        match opened {
-            Some(f) => Ok(f),
-            None => File::new(self.clone(), h, opts),
-        }
+        File::new(self.clone(), h, opts)
     }
 
     /// O_CREAT through a symlink: follow the chain of links (ELOOP after 40) to a final
@@ -186,15 +182,18 @@ impl Fs {
     pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {
         let lock = self.range_lock(h.ino);
         let cur = self.read_inode(h.ino).size;
-        let _g = lock.lock(size.min(cur) / PAGE, u64::MAX);
-        self.call(Request::SetAttr {
+        let g = lock.lock(size.min(cur) / PAGE, u64::MAX);
+        let r = self.call(Request::SetAttr {
             target: h,
             attr: SetAttr {
                 size: Some(size),
                 ..SetAttr::default()
             },
-        })?;
-        Ok(())
+        });
+        drop(g);
+        // Files lock lazily: with none of them holding the lock, drop the map's entry.
+        self.forget_range_lock(h.ino, &lock);
+        r.map(drop)
     }
 
     pub fn mkdir(&self, path: impl AsRef<[u8]>, mode: u32) -> Result<()> {
