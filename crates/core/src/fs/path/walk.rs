@@ -212,6 +212,9 @@ impl Fs {
         stay_inside: bool,
     ) -> Result<Walked> {
         let Want::Object { follow } = want else {
+            if let Some(p) = self.cached_parent(base, path, stay_inside) {
+                return Ok(p);
+            }
             return self.walk_uncached(base, path, want, stay_inside, &mut Deps::new());
         };
         let query = Query {
@@ -235,6 +238,39 @@ impl Fs {
             self.cache_walk(query, path, deps, At::of(*h));
         }
         Ok(w)
+    }
+
+    /// A parent walk through the cache: the directory the path up to its last slash names
+    /// (a cached object walk, which depends on the directories above it but not on the one
+    /// it ends at, so creates and removals there leave it valid), checked as the walk's
+    /// last step checks it. None where that would not give the walk's own result (a last
+    /// component "." or "..", no slash, a bad path, any failure): walk then.
+    fn cached_parent(
+        &self,
+        base: Option<Handle>,
+        path: &[u8],
+        stay_inside: bool,
+    ) -> Option<Walked> {
+        if path.len() >= PATH_MAX {
+            return None;
+        }
+        let end = path.iter().rposition(|&b| b != b'/')? + 1;
+        let slash = path[..end].iter().rposition(|&b| b == b'/')?;
+        let name = &path[slash + 1..end];
+        if name == b"." || name == b".." || name.contains(&0) {
+            return None;
+        }
+        let want = Want::Object { follow: true };
+        match self.walk(base, &path[..=slash], want, stay_inside) {
+            Ok(Walked::Object(dir, d)) if d.is_dir() && perm::check(&self.creds, &d, X).is_ok() => {
+                Some(Walked::Parent(Parent {
+                    dir,
+                    name: Some(name.to_vec()),
+                    trailing_slash: end < path.len(),
+                }))
+            }
+            _ => None,
+        }
     }
 
     fn walk_uncached(
