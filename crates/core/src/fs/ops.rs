@@ -14,10 +14,14 @@ fn base(dir: Option<&File>) -> Option<Handle> {
 
 impl Fs {
     /// Split a path for an operation that creates or removes its last component.
-    fn parent_for_change(&self, dir: Option<&File>, path: &[u8]) -> Result<(Parent, Vec<u8>)> {
-        let p = self.resolve_parent(base(dir), path)?;
-        match p.name.clone() {
-            Some(n) => Ok((p, n)),
+    fn parent_for_change<'p>(
+        &self,
+        dir: Option<&File>,
+        path: &'p [u8],
+    ) -> Result<(Parent<'p>, Vec<u8>)> {
+        let mut p = self.resolve_parent(base(dir), path)?;
+        match p.name.take() {
+            Some(n) => Ok((p, n.into_owned())),
             None => Err(Error::EEXIST),
         }
     }
@@ -74,14 +78,8 @@ impl Fs {
                 Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
                 Some(found) => found,
                 None => {
-                    let req = Request::Create {
-                        parent: p.dir,
-                        name,
-                        mode: opts.mode,
-                        excl: opts.excl,
-                        open: Some(opts.write),
-                    };
-                    let (h, c) = self.call_entry(req)?;
+                    let open = Some(opts.write);
+                    let (h, c) = self.call_create(p.dir, &name, opts.mode, opts.excl, open)?;
                     if c {
                         // A new empty regular file: no directory, nothing to truncate, no
                         // permission to check, so its inode need not be read.
@@ -155,18 +153,11 @@ impl Fs {
                         // Linux refuses O_CREAT of "name/" before looking the name up.
                         return Err(Error::EISDIR);
                     }
-                    (dir, name) = (p.dir, n);
+                    (dir, name) = (p.dir, n.into_owned());
                 }
                 Some(found) => return Ok(found),
                 None => {
-                    let req = Request::Create {
-                        parent: dir,
-                        name: name.clone(),
-                        mode: opts.mode,
-                        excl: false,
-                        open: None,
-                    };
-                    let (h, created) = self.call_entry(req)?;
+                    let (h, created) = self.call_create(dir, &name, opts.mode, false, None)?;
                     let d = self.read_inode(h.ino);
                     if created || !(d.is_dir() || d.is_symlink()) {
                         return Ok((h, d));
@@ -242,11 +233,7 @@ impl Fs {
                 Error::ENOTDIR
             });
         }
-        self.call(Request::Unlink {
-            parent: p.dir,
-            name,
-            dir: dir_flag,
-        })?;
+        self.call_unlink(p.dir, &name, dir_flag)?;
         Ok(())
     }
 
@@ -300,13 +287,7 @@ impl Fs {
                 return Err(Error::ENOTDIR);
             }
         }
-        self.call(Request::Rename {
-            from: f.dir,
-            from_name: fname,
-            to: t.dir,
-            to_name: tname,
-            flags,
-        })?;
+        self.call_rename((f.dir, &fname), (t.dir, &tname), flags)?;
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 mod data;
 mod fsck;
 pub use fsck::FsckReport;
+mod named;
 mod namespace;
 mod opens;
 
@@ -156,17 +157,7 @@ impl Server {
                 mode,
                 excl,
                 open,
-            } => {
-                let r = self.create(creds, parent, &name, mode, excl);
-                if let Ok(Response::Entry {
-                    handle,
-                    created: true,
-                }) = &r
-                {
-                    self.created_by(client, handle.ino, open);
-                }
-                r
-            }
+            } => self.create_named(client, creds, (parent, &name), (mode, excl), open),
             Request::Mkdir { parent, name, mode } => self.mkdir(creds, parent, &name, mode),
             Request::Symlink {
                 parent,

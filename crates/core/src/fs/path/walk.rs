@@ -66,9 +66,9 @@ pub(crate) enum Want {
     Parent,
 }
 
-pub(crate) enum Walked {
+pub(crate) enum Walked<'p> {
     Object(Handle, InodeData),
-    Parent(Parent),
+    Parent(Parent<'p>),
     /// The path leaves the pool's namespace (see `Fs::stat_local`).
     Leaves,
 }
@@ -204,13 +204,13 @@ impl Fs {
     ///
     /// With `stay_inside`, the walk ends with `Leaves` where a process's namespace and the
     /// pool's disagree: a symlink whose target is absolute, or ".." in the root.
-    pub(crate) fn walk(
+    pub(crate) fn walk<'p>(
         &self,
         base: Option<Handle>,
-        path: &[u8],
+        path: &'p [u8],
         want: Want,
         stay_inside: bool,
-    ) -> Result<Walked> {
+    ) -> Result<Walked<'p>> {
         let Want::Object { follow } = want else {
             if let Some(p) = self.cached_parent(base, path, stay_inside) {
                 return Ok(p);
@@ -245,12 +245,12 @@ impl Fs {
     /// it ends at, so creates and removals there leave it valid), checked as the walk's
     /// last step checks it. None where that would not give the walk's own result (a last
     /// component "." or "..", no slash, a bad path, any failure): walk then.
-    fn cached_parent(
+    fn cached_parent<'p>(
         &self,
         base: Option<Handle>,
-        path: &[u8],
+        path: &'p [u8],
         stay_inside: bool,
-    ) -> Option<Walked> {
+    ) -> Option<Walked<'p>> {
         if path.len() >= PATH_MAX {
             return None;
         }
@@ -265,7 +265,7 @@ impl Fs {
             Ok(Walked::Object(dir, d)) if d.is_dir() && perm::check(&self.creds, &d, X).is_ok() => {
                 Some(Walked::Parent(Parent {
                     dir,
-                    name: Some(name.to_vec()),
+                    name: Some(Cow::Borrowed(name)),
                     trailing_slash: end < path.len(),
                 }))
             }
@@ -273,14 +273,14 @@ impl Fs {
         }
     }
 
-    fn walk_uncached(
+    fn walk_uncached<'p>(
         &self,
         base: Option<Handle>,
-        path: &[u8],
+        path: &'p [u8],
         want: Want,
         stay_inside: bool,
         deps: &mut Deps,
-    ) -> Result<Walked> {
+    ) -> Result<Walked<'p>> {
         if path.is_empty() {
             return Err(Error::ENOENT);
         }
@@ -327,7 +327,10 @@ impl Fs {
                                     ino: at.ino,
                                     generation,
                                 },
-                                name: (name != b"." && name != b"..").then(|| name.to_vec()),
+                                name: (name != b"." && name != b"..").then(|| match &buf {
+                                    Cow::Borrowed(p) => Cow::Borrowed(&p[c.clone()]),
+                                    Cow::Owned(_) => Cow::Owned(name.to_vec()),
+                                }),
                                 trailing_slash: trailing,
                             }));
                         }
