@@ -260,15 +260,30 @@ impl Fs {
         if name == b"." || name == b".." || name.contains(&0) {
             return None;
         }
-        let want = Want::Object { follow: true };
-        match self.walk(base, &path[..=slash], want, stay_inside) {
-            Ok(Walked::Object(dir, d)) if d.is_dir() && perm::check(&self.creds, &d, X).is_ok() => {
-                Some(Walked::Parent(Parent {
-                    dir,
-                    name: Some(Cow::Borrowed(name)),
-                    trailing_slash: end < path.len(),
-                }))
-            }
+        let (prefix, follow) = (&path[..=slash], true);
+        let query = Query {
+            base,
+            follow,
+            stay_inside,
+        };
+        let at = match self.cached_walk(query, prefix) {
+            Some(at) => at,
+            // Walked (and cached) for the next time.
+            None => match self.walk(base, prefix, Want::Object { follow }, stay_inside) {
+                Ok(Walked::Object(h, _)) => At::of(h),
+                _ => return None,
+            },
+        };
+        // The walk's last step: still there, a directory, searchable.
+        match self.step(at, b".", stay_inside, &mut Deps::new()) {
+            Ok(Step::Child(At {
+                ino,
+                generation: Some(generation),
+            })) => Some(Walked::Parent(Parent {
+                dir: Handle { ino, generation },
+                name: Some(Cow::Borrowed(name)),
+                trailing_slash: end < path.len(),
+            })),
             _ => None,
         }
     }
