@@ -419,10 +419,7 @@ impl ReadView {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let _ = self.fs.call(Request::Close {
-            target: self.handle,
-            write: self.opts.write,
-        });
+        let _ = self.fs.close_handle(self.handle, self.opts.write);
         if let Some(l) = self.lock.get() {
             self.fs.forget_range_lock(self.handle.ino, l);
         }

@@ -281,6 +281,15 @@ impl Fs {
         }
     }
 
+    /// Close a handle (straight to the server when it is in this process).
+    pub(crate) fn close_handle(&self, target: Handle, write: bool) -> Result<()> {
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).close(IN_PROCESS_CLIENT, target, write),
+            Transport::Remote(r) => r.call(&Request::Close { target, write }),
+        }
+        .map(drop)
+    }
+
     /// Send an unlink; in-process, the name is not copied.
     pub(crate) fn call_unlink(&self, parent: Handle, name: &[u8], dir: bool) -> Result<()> {
         match &self.core.transport {

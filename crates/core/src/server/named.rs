@@ -7,7 +7,7 @@ use crate::perm::Creds;
 use crate::request::{Handle, Response};
 
 impl Server {
-    fn running(&self) -> Result<()> {
+    pub(super) fn running(&self) -> Result<()> {
         match self.closed {
             true => Err(Error::with_msg(libc::EIO, "the pool has been unmounted")),
             false => Ok(()),

@@ -140,7 +140,9 @@ impl Server {
         Ok(())
     }
 
-    pub(super) fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
+    /// `Request::Close` (the in-process transport calls it directly).
+    pub(crate) fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
+        self.running()?;
         self.check_handle(h)?;
         let Entry::Occupied(mut e) = self.open.entry(h.ino) else {
             return Err(Error::EBADF);

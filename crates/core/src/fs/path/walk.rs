@@ -122,7 +122,14 @@ impl Fs {
 
     /// Look `name` up in the directory the walk stands on, with the search permission
     /// check, all under the directory's sequence counter.
-    fn step(&self, at: At, name: &[u8], stay_inside: bool, deps: &mut Deps) -> Result<Step> {
+    /// The directory's counter value is recorded in `deps` (when the walk keeps them).
+    fn step(
+        &self,
+        at: At,
+        name: &[u8],
+        stay_inside: bool,
+        deps: Option<&mut Deps>,
+    ) -> Result<Step> {
         let core = &*self.core;
         loop {
             let s = core.shared.seqs.read_begin(at.ino);
@@ -171,7 +178,9 @@ impl Fs {
                 },
             };
             if core.shared.seqs.read_ok(at.ino, s) {
-                deps.push(at.ino, s);
+                if let Some(deps) = deps {
+                    deps.push(at.ino, s);
+                }
                 return found;
             }
         }
@@ -275,7 +284,7 @@ impl Fs {
             },
         };
         // The walk's last step: still there, a directory, searchable.
-        match self.step(at, b".", stay_inside, &mut Deps::new()) {
+        match self.step(at, b".", stay_inside, None) {
             Ok(Step::Child(At {
                 ino,
                 generation: Some(generation),
@@ -331,7 +340,7 @@ impl Fs {
                     // its parent for "..".
                     let name = &buf[c.clone()];
                     let probe: &[u8] = if name == b".." { b".." } else { b"." };
-                    match self.step(cur, probe, stay_inside, deps)? {
+                    match self.step(cur, probe, stay_inside, Some(deps))? {
                         Step::Child(at) => {
                             let generation = match at.generation {
                                 Some(g) => g,
@@ -354,7 +363,7 @@ impl Fs {
                         Step::Stale | Step::Missing => {}
                     }
                 }
-                (Some(c), _) => match self.step(cur, &buf[c.clone()], stay_inside, deps)? {
+                (Some(c), _) => match self.step(cur, &buf[c.clone()], stay_inside, Some(deps))? {
                     Step::Child(next) => {
                         from = Some((cur, c.clone()));
                         cur = next;
