@@ -59,6 +59,20 @@ impl Holders {
         h.write += write as u32;
     }
 
+    /// One handle of `client` closed; EBADF if it holds none (none for writing, if `write`).
+    fn release(&mut self, client: ClientId, write: bool) -> Result<()> {
+        let mine = self.find(client).ok_or(Error::EBADF)?;
+        if write && mine.write == 0 {
+            return Err(Error::EBADF);
+        }
+        mine.all -= 1;
+        mine.write -= write as u32;
+        if mine.all == 0 {
+            self.prune(client);
+        }
+        Ok(())
+    }
+
     /// Drop `client`'s holder once it holds nothing, keeping `first` filled if any is left.
     fn prune(&mut self, client: ClientId) {
         if self.first.client == client && self.first.all == 0 {
@@ -147,19 +161,10 @@ impl Server {
         let Entry::Occupied(mut e) = self.open.entry(h.ino) else {
             return Err(Error::EBADF);
         };
-        let holders = e.get_mut();
-        let mine = holders.find(client).ok_or(Error::EBADF)?;
-        if write && mine.write == 0 {
-            return Err(Error::EBADF);
-        }
-        mine.all -= 1;
-        mine.write -= write as u32;
-        if mine.all == 0 {
-            holders.prune(client);
-            if holders.is_empty() {
-                e.remove();
-                self.free_if_unlinked(h.ino)?;
-            }
+        e.get_mut().release(client, write)?;
+        if e.get().is_empty() {
+            e.remove();
+            self.free_if_unlinked(h.ino)?;
         }
         Ok(Response::Done)
     }
@@ -198,5 +203,48 @@ impl Server {
 
     pub(crate) fn is_open(&self, ino: u64) -> bool {
         self.open.contains_key(&ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Holders;
+
+    fn count(h: &mut Holders, client: u64) -> (u32, u32) {
+        h.find(client).map_or((0, 0), |h| (h.all, h.write))
+    }
+
+    fn close(h: &mut Holders, client: u64, write: bool) {
+        h.release(client, write).unwrap();
+    }
+
+    #[test]
+    fn holders_count_per_client_and_empty_only_when_all_are_closed() {
+        let mut h = Holders::default();
+        assert!(h.is_empty());
+        h.add(1, true);
+        h.add(2, false);
+        h.add(3, true);
+        h.add(2, true);
+        assert_eq!(
+            (count(&mut h, 1), count(&mut h, 2), count(&mut h, 3)),
+            ((1, 1), (2, 1), (1, 1))
+        );
+        // The inline holder goes first: another takes its place.
+        close(&mut h, 1, true);
+        assert_eq!(count(&mut h, 1), (0, 0));
+        assert!(!h.is_empty());
+        close(&mut h, 2, false);
+        assert_eq!(count(&mut h, 2), (1, 1));
+        close(&mut h, 3, true);
+        assert!(!h.is_empty());
+        close(&mut h, 2, true);
+        assert!(h.is_empty());
+        assert!(h.more.is_empty());
+        // Reused once empty.
+        h.add(4, false);
+        assert_eq!(count(&mut h, 4), (1, 0));
+        assert!(h.release(4, true).is_err());
+        assert!(h.release(5, false).is_err());
     }
 }
