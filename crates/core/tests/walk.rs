@@ -192,3 +192,48 @@ fn staying_inside_stops_where_the_process_namespace_leaves_the_pool() {
     assert!(e.leaves_pool());
     assert_eq!(fs.staying_inside().read_file("/rel/f").unwrap(), b"x");
 }
+
+/// Creates, unlinks and renames find their parent directory through the cache too: a
+/// directory on the way renamed, replaced by a file or a symlink, or made unsearchable is
+/// seen at once.
+#[test]
+fn parent_walks_of_changes_see_changes_above_them_at_once() {
+    let (_p, fs) = new_fs("walk-parent", 64);
+    let create = engram_core::OpenOptions::new().write(true).create_new(true);
+    fs.mkdir("/a", 0o755).unwrap();
+    fs.mkdir("/a/b", 0o755).unwrap();
+    fs.open_file("/a/b/f1", &create).unwrap();
+    fs.open_file("/a/b/f2", &create).unwrap();
+    fs.rename("/a/b/f2", "/a/b/f3").unwrap();
+    fs.unlink("/a/b/f3").unwrap();
+    // Renamed away: the old path is gone, the new one works.
+    fs.clone().rename("/a/b", "/a/x").unwrap();
+    assert_errno(fs.open_file("/a/b/f4", &create), ENOENT);
+    assert_errno(fs.unlink("/a/b/f1"), ENOENT);
+    fs.open_file("/a/x/f4", &create).unwrap();
+    // A file where the directory was.
+    fs.write_file("/a/b", b"x").unwrap();
+    assert_errno(fs.open_file("/a/b/f5", &create), ENOTDIR);
+    assert_errno(fs.unlink("/a/b/f5"), ENOTDIR);
+    // A symlink to a directory: followed.
+    fs.unlink("/a/b").unwrap();
+    fs.symlink("x", "/a/b").unwrap();
+    fs.open_file("/a/b/f6", &create).unwrap();
+    assert!(fs.stat("/a/x/f6").is_ok());
+    fs.rename("/a/b/f6", "/a/b/f7").unwrap();
+    assert!(fs.stat("/a/x/f7").is_ok());
+    // The directory made unsearchable for another user: the cached walk is not used.
+    let user = fs.with_creds(Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+    });
+    user.stat("/a/x").unwrap();
+    fs.chmod("/a/x", 0o777).unwrap();
+    user.open_file("/a/x/u1", &create).unwrap();
+    user.unlink("/a/x/u1").unwrap();
+    fs.chmod("/a/x", 0o766).unwrap();
+    assert_errno(user.open_file("/a/x/u2", &create), EACCES);
+    assert_errno(user.unlink("/a/x/f4"), EACCES);
+    assert_errno(user.rename("/a/x/f4", "/a/x/f8"), EACCES);
+}

@@ -11,7 +11,7 @@ use crate::layout::PAGE;
 use crate::range_lock::RangeLock;
 use crate::request::{Handle, Request, SetAttr, SetTime};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Writes larger than this are applied in atomic steps of this size.
 pub const ATOMIC_WRITE_MAX: u64 = 8 << 20;
@@ -98,9 +98,20 @@ pub struct File {
     fs: Fs,
     handle: Handle,
     opts: OpenOptions,
-    pos: Arc<Mutex<u64>>,
-    /// This process's page-range lock of the inode (shared by all its open files).
-    lock: Arc<RangeLock>,
+    pos: Mutex<Offset>,
+    /// This process's page-range lock of the inode (shared by all its open files), taken
+    /// from `Fs` on the first write: an open that never writes needs none.
+    lock: OnceLock<Arc<RangeLock>>,
+}
+
+/// A file's offset: its own until `try_clone` makes it shared with the clone (dup(2)).
+enum Offset {
+    Own(u64),
+    Shared(Arc<Mutex<u64>>),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl File {
@@ -114,13 +125,27 @@ impl File {
 
     /// A file the server already counts as open for this client (a create that opened it).
     pub(crate) fn opened(fs: Fs, handle: Handle, opts: OpenOptions) -> File {
-        let lock = fs.range_lock(handle.ino);
         File {
-            lock,
+            lock: OnceLock::new(),
             fs,
             handle,
             opts,
-            pos: Arc::new(Mutex::new(0)),
+            pos: Mutex::new(Offset::Own(0)),
+        }
+    }
+
+    /// The inode's range lock in this process.
+    fn range_lock(&self) -> &RangeLock {
+        self.lock
+            .get_or_init(|| self.fs.range_lock(self.handle.ino))
+    }
+
+    /// Run `f` on the offset, locked (a shared one under the shared lock as well).
+    fn with_pos<R>(&self, f: impl FnOnce(&mut u64) -> R) -> R {
+        let mut own = lock(&self.pos);
+        match &mut *own {
+            Offset::Own(p) => f(p),
+            Offset::Shared(s) => f(&mut lock(s)),
         }
     }
 
@@ -146,12 +171,22 @@ impl File {
             target: self.handle,
             write: self.opts.write,
         })?;
+        let mut own = lock(&self.pos);
+        let shared = match &*own {
+            Offset::Own(p) => Arc::new(Mutex::new(*p)),
+            Offset::Shared(s) => s.clone(),
+        };
+        *own = Offset::Shared(shared.clone());
         Ok(File {
             fs: self.fs.clone(),
             handle: self.handle,
             opts: self.opts,
-            pos: self.pos.clone(),
-            lock: self.lock.clone(),
+            pos: Mutex::new(Offset::Shared(shared)),
+            lock: self
+                .lock
+                .get()
+                .cloned()
+                .map_or_else(OnceLock::new, OnceLock::from),
         })
     }
 
@@ -247,7 +282,7 @@ impl File {
         if !self.opts.write {
             return Err(Error::EBADF);
         }
-        let lock = &self.lock;
+        let lock = self.range_lock();
         let size = self.data().size;
         let _g = lock.lock(offset.min(size) / PAGE, u64::MAX);
         self.fs.call(Request::Fallocate {
@@ -316,37 +351,40 @@ impl File {
 
     /// The current offset.
     pub fn position(&self) -> u64 {
-        *self.pos.lock().unwrap_or_else(|e| e.into_inner())
+        self.with_pos(|p| *p)
     }
 
     /// Read at the offset and advance it.
     pub fn read_next(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
-        let n = self.read_at(buf, *pos)?;
-        *pos += n as u64;
-        Ok(n)
+        self.with_pos(|pos| {
+            let n = self.read_at(buf, *pos)?;
+            *pos += n as u64;
+            Ok(n)
+        })
     }
 
     /// Write at the offset (or the end, for O_APPEND) and advance it.
     pub fn write_next(&self, data: &[u8]) -> Result<usize> {
-        let mut pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
-        let at = if self.opts.append { None } else { Some(*pos) };
-        let (n, end) = self.write_inner(data, at)?;
-        *pos = end;
-        Ok(n)
+        self.with_pos(|pos| {
+            let at = if self.opts.append { None } else { Some(*pos) };
+            let (n, end) = self.write_inner(data, at)?;
+            *pos = end;
+            Ok(n)
+        })
     }
 
     /// lseek: returns the new offset.
     pub fn seek_to(&self, whence: SeekFrom) -> Result<u64> {
-        let mut pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
-        let new = match whence {
-            SeekFrom::Start(n) => Some(n),
-            SeekFrom::Current(d) => pos.checked_add_signed(d),
-            SeekFrom::End(d) => self.data().size.checked_add_signed(d),
-        };
-        let new = new.filter(|&n| n <= i64::MAX as u64).ok_or(Error::EINVAL)?;
-        *pos = new;
-        Ok(new)
+        self.with_pos(|pos| {
+            let new = match whence {
+                SeekFrom::Start(n) => Some(n),
+                SeekFrom::Current(d) => pos.checked_add_signed(d),
+                SeekFrom::End(d) => self.data().size.checked_add_signed(d),
+            };
+            let new = new.filter(|&n| n <= i64::MAX as u64).ok_or(Error::EINVAL)?;
+            *pos = new;
+            Ok(new)
+        })
     }
 }
 
@@ -381,11 +419,10 @@ impl ReadView {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let _ = self.fs.call(Request::Close {
-            target: self.handle,
-            write: self.opts.write,
-        });
-        self.fs.forget_range_lock(self.handle.ino, &self.lock);
+        let _ = self.fs.close_handle(self.handle, self.opts.write);
+        if let Some(l) = self.lock.get() {
+            self.fs.forget_range_lock(self.handle.ino, l);
+        }
     }
 }
 

@@ -93,13 +93,7 @@ impl Fs {
         mode: u32,
         excl: bool,
     ) -> Result<(Handle, bool)> {
-        self.call_entry(Request::Create {
-            parent: dir,
-            name: name.to_vec(),
-            mode,
-            excl,
-            open: None,
-        })
+        self.call_create(dir, name, mode, excl, None)
     }
 
     pub fn mkdir_in(&self, dir: Handle, name: &[u8], mode: u32) -> Result<Handle> {
@@ -133,11 +127,7 @@ impl Fs {
 
     /// Remove a name; `is_dir` selects rmdir semantics.
     pub fn unlink_in(&self, dir: Handle, name: &[u8], is_dir: bool) -> Result<()> {
-        self.call(Request::Unlink {
-            parent: dir,
-            name: name.to_vec(),
-            dir: is_dir,
-        })?;
+        self.call_unlink(dir, name, is_dir)?;
         Ok(())
     }
 
@@ -149,13 +139,7 @@ impl Fs {
         to_name: &[u8],
         flags: u32,
     ) -> Result<()> {
-        self.call(Request::Rename {
-            from,
-            from_name: from_name.to_vec(),
-            to,
-            to_name: to_name.to_vec(),
-            flags,
-        })?;
+        self.call_rename((from, from_name), (to, to_name), flags)?;
         Ok(())
     }
 

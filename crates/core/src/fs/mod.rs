@@ -281,11 +281,80 @@ impl Fs {
         }
     }
 
-    pub(crate) fn call_entry(&self, req: Request) -> Result<(Handle, bool)> {
-        match self.call(req)? {
-            Response::Entry { handle, created } => Ok((handle, created)),
-            _ => Err(Error::EIO),
+    /// Close a handle (straight to the server when it is in this process).
+    pub(crate) fn close_handle(&self, target: Handle, write: bool) -> Result<()> {
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).close(IN_PROCESS_CLIENT, target, write),
+            Transport::Remote(r) => r.call(&Request::Close { target, write }),
         }
+        .map(drop)
+    }
+
+    /// Send an unlink; in-process, the name is not copied.
+    pub(crate) fn call_unlink(&self, parent: Handle, name: &[u8], dir: bool) -> Result<()> {
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).unlink_named(&self.creds, parent, name, dir),
+            Transport::Remote(r) => r.call(&Request::Unlink {
+                parent,
+                name: name.to_vec(),
+                dir,
+            }),
+        }
+        .map(drop)
+    }
+
+    /// Send a rename; in-process, the names are not copied.
+    pub(crate) fn call_rename(
+        &self,
+        (from, from_name): (Handle, &[u8]),
+        (to, to_name): (Handle, &[u8]),
+        flags: u32,
+    ) -> Result<()> {
+        match &self.core.transport {
+            Transport::InProcess(m) => {
+                lock(m).rename_named(&self.creds, (from, from_name), (to, to_name), flags)
+            }
+            Transport::Remote(r) => r.call(&Request::Rename {
+                from,
+                from_name: from_name.to_vec(),
+                to,
+                to_name: to_name.to_vec(),
+                flags,
+            }),
+        }
+        .map(drop)
+    }
+
+    pub(crate) fn call_entry(&self, req: Request) -> Result<(Handle, bool)> {
+        entry(self.call(req)?)
+    }
+
+    /// Create a regular file: its handle and whether it was made. In-process, the name is
+    /// not copied.
+    pub(crate) fn call_create(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        mode: u32,
+        excl: bool,
+        open: Option<bool>,
+    ) -> Result<(Handle, bool)> {
+        entry(match &self.core.transport {
+            Transport::InProcess(m) => lock(m).create_named(
+                IN_PROCESS_CLIENT,
+                &self.creds,
+                (parent, name),
+                (mode, excl),
+                open,
+            ),
+            Transport::Remote(r) => r.call(&Request::Create {
+                parent,
+                name: name.to_vec(),
+                mode,
+                excl,
+                open,
+            }),
+        }?)
     }
 
     /// Give reserved pages back to the server.
@@ -370,6 +439,13 @@ impl Fs {
                 return d;
             }
         }
+    }
+}
+
+fn entry(r: Response) -> Result<(Handle, bool)> {
+    match r {
+        Response::Entry { handle, created } => Ok((handle, created)),
+        _ => Err(Error::EIO),
     }
 }
 

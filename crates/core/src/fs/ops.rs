@@ -14,10 +14,14 @@ fn base(dir: Option<&File>) -> Option<Handle> {
 
 impl Fs {
     /// Split a path for an operation that creates or removes its last component.
-    fn parent_for_change(&self, dir: Option<&File>, path: &[u8]) -> Result<(Parent, Vec<u8>)> {
-        let p = self.resolve_parent(base(dir), path)?;
-        match p.name.clone() {
-            Some(n) => Ok((p, n)),
+    fn parent_for_change<'p>(
+        &self,
+        dir: Option<&File>,
+        path: &'p [u8],
+    ) -> Result<(Parent<'p>, Vec<u8>)> {
+        let mut p = self.resolve_parent(base(dir), path)?;
+        match p.name.take() {
+            Some(n) => Ok((p, n.into_owned())),
             None => Err(Error::EEXIST),
         }
     }
@@ -45,9 +49,6 @@ impl Fs {
         if !opts.read && !opts.write {
             opts.read = true;
         }
-        let mut created = false;
-        // A file that the create request also opened: dropped (closed) on any error below.
-        let mut opened: Option<File> = None;
         let (h, d) = if opts.create {
             let p = self.resolve_parent(base(dir), path)?;
             let Some(name) = p.name else {
@@ -77,25 +78,24 @@ impl Fs {
                 Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
                 Some(found) => found,
                 None => {
-                    let req = Request::Create {
-                        parent: p.dir,
-                        name,
-                        mode: opts.mode,
-                        excl: opts.excl,
-                        open: Some(opts.write),
-                    };
-                    let (h, c) = self.call_entry(req)?;
-                    created = c;
+                    let open = Some(opts.write);
+                    let (h, c) = self.call_create(p.dir, &name, opts.mode, opts.excl, open)?;
                     if c {
-                        opened = Some(File::opened(self.clone(), h, opts));
+                        // A new empty regular file: no directory, nothing to truncate, no
+                        // permission to check, so its inode need not be read.
+                        if opts.directory {
+                            drop(File::opened(self.clone(), h, opts));
+                            return Err(Error::ENOTDIR);
+                        }
+                        return Ok(File::opened(self.clone(), h, opts));
                     }
                     let d = self.read_inode(h.ino);
                     // Another thread or process may have made the name a directory or a
                     // symlink since the lookup: the server then returns what is there.
-                    if !c && d.is_dir() {
+                    if d.is_dir() {
                         return Err(Error::EISDIR);
                     }
-                    if !c && d.is_symlink() {
+                    if d.is_symlink() {
                         if opts.nofollow {
                             return Err(symlink_not_followed(&opts));
                         }
@@ -121,19 +121,13 @@ impl Fs {
         if d.is_dir() && (opts.write || opts.truncate) {
             return Err(Error::EISDIR);
         }
-        if !created {
-            let want =
-                if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
-            perm::check(self.creds(), &d, want)?;
-        }
+        let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
+        perm::check(self.creds(), &d, want)?;
         // Linux truncates on O_TRUNC even when opened read-only (write permission checked).
         if opts.truncate && d.is_reg() && d.size > 0 {
             self.truncate_handle(h, 0)?;
         }
-        match opened {
-            Some(f) => Ok(f),
-            None => File::new(self.clone(), h, opts),
-        }
+        File::new(self.clone(), h, opts)
     }
 
     /// O_CREAT through a symlink: follow the chain of links (ELOOP after 40) to a final
@@ -159,18 +153,11 @@ impl Fs {
                         // Linux refuses O_CREAT of "name/" before looking the name up.
                         return Err(Error::EISDIR);
                     }
-                    (dir, name) = (p.dir, n);
+                    (dir, name) = (p.dir, n.into_owned());
                 }
                 Some(found) => return Ok(found),
                 None => {
-                    let req = Request::Create {
-                        parent: dir,
-                        name: name.clone(),
-                        mode: opts.mode,
-                        excl: false,
-                        open: None,
-                    };
-                    let (h, created) = self.call_entry(req)?;
+                    let (h, created) = self.call_create(dir, &name, opts.mode, false, None)?;
                     let d = self.read_inode(h.ino);
                     if created || !(d.is_dir() || d.is_symlink()) {
                         return Ok((h, d));
@@ -186,15 +173,18 @@ impl Fs {
     pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {
         let lock = self.range_lock(h.ino);
         let cur = self.read_inode(h.ino).size;
-        let _g = lock.lock(size.min(cur) / PAGE, u64::MAX);
-        self.call(Request::SetAttr {
+        let g = lock.lock(size.min(cur) / PAGE, u64::MAX);
+        let r = self.call(Request::SetAttr {
             target: h,
             attr: SetAttr {
                 size: Some(size),
                 ..SetAttr::default()
             },
-        })?;
-        Ok(())
+        });
+        drop(g);
+        // Files lock lazily: with none of them holding the lock, drop the map's entry.
+        self.forget_range_lock(h.ino, &lock);
+        r.map(drop)
     }
 
     pub fn mkdir(&self, path: impl AsRef<[u8]>, mode: u32) -> Result<()> {
@@ -243,11 +233,7 @@ impl Fs {
                 Error::ENOTDIR
             });
         }
-        self.call(Request::Unlink {
-            parent: p.dir,
-            name,
-            dir: dir_flag,
-        })?;
+        self.call_unlink(p.dir, &name, dir_flag)?;
         Ok(())
     }
 
@@ -301,13 +287,7 @@ impl Fs {
                 return Err(Error::ENOTDIR);
             }
         }
-        self.call(Request::Rename {
-            from: f.dir,
-            from_name: fname,
-            to: t.dir,
-            to_name: tname,
-            flags,
-        })?;
+        self.call_rename((f.dir, &fname), (t.dir, &tname), flags)?;
         Ok(())
     }
 

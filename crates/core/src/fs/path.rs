@@ -9,6 +9,7 @@ use crate::dir;
 use crate::error::{Error, Result};
 use crate::inode::{self, InodeData};
 use crate::request::Handle;
+use std::borrow::Cow;
 use walk::{Walked, Want};
 
 /// Symlinks followed in one resolution before ELOOP, as Linux.
@@ -26,10 +27,11 @@ impl Error {
 }
 
 /// A path split into the directory that holds its last component and that component.
-pub struct Parent {
+pub struct Parent<'p> {
     pub dir: Handle,
-    /// None when the path names the directory itself ("/", ".", "a/..").
-    pub name: Option<Vec<u8>>,
+    /// None when the path names the directory itself ("/", ".", "a/.."). Borrowed from the
+    /// path unless a symlink's target supplied it.
+    pub name: Option<Cow<'p, [u8]>>,
     /// The path ended with a slash: the last component must be a directory.
     pub trailing_slash: bool,
 }
@@ -134,7 +136,12 @@ impl Fs {
         )
     }
 
-    fn walk_or_leave(&self, base: Option<Handle>, path: &[u8], want: Want) -> Result<Walked> {
+    fn walk_or_leave<'p>(
+        &self,
+        base: Option<Handle>,
+        path: &'p [u8],
+        want: Want,
+    ) -> Result<Walked<'p>> {
         match self.walk(base, path, want, self.stay_inside)? {
             Walked::Leaves => Err(Error::with_msg(libc::EXDEV, LEAVES_POOL)),
             w => Ok(w),
@@ -142,7 +149,11 @@ impl Fs {
     }
 
     /// Resolve all but the last component of `path`, starting at `base` for relative paths.
-    pub(crate) fn resolve_parent(&self, base: Option<Handle>, path: &[u8]) -> Result<Parent> {
+    pub(crate) fn resolve_parent<'p>(
+        &self,
+        base: Option<Handle>,
+        path: &'p [u8],
+    ) -> Result<Parent<'p>> {
         match self.walk_or_leave(base, path, Want::Parent)? {
             Walked::Parent(p) => Ok(p),
             _ => unreachable!("a parent walk ends at a parent"),

@@ -8,6 +8,7 @@
 mod data;
 mod fsck;
 pub use fsck::FsckReport;
+mod named;
 mod namespace;
 mod opens;
 
@@ -40,13 +41,6 @@ pub struct ServerStats {
 /// Identifies a client (a process, or the in-process client) to the server.
 pub type ClientId = u64;
 
-/// Handles one client holds open on one inode, and how many of them may write.
-#[derive(Clone, Copy, Debug, Default)]
-struct Opens {
-    all: u32,
-    write: u32,
-}
-
 /// Files a client created and may open for writing once whatever their mode (open(2) with
 /// O_CREAT and a read-only mode still returns a writable descriptor). Bounded per client.
 const CREATED_TOKENS: usize = 16;
@@ -66,14 +60,12 @@ pub struct Server {
     shared: Arc<Shared>,
     /// Number of checkpoints taken since the pool was opened.
     checkpoints: u64,
-    /// Open handles per inode, for files that stay alive after their last name is removed.
-    open: FastMap<u64, u32>,
+    /// Open handles per inode and client: files stay alive after their last name is
+    /// removed, and a client's handles are released when it goes away.
+    open: FastMap<u64, opens::Holders>,
     reservations: FastMap<ClientId, Reserved>,
     /// Reused lists of write commits.
     scratch: data::Scratch,
-    /// Open handles per (client, inode), released when the client goes away. One map keyed
-    /// by both: an open or a close hashes once.
-    opened_by: FastMap<(ClientId, u64), Opens>,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
     created: FastMap<ClientId, Vec<u64>>,
     /// Pending frees at which `retire` next tries to reclaim.
@@ -114,7 +106,6 @@ impl Server {
             open: FastMap::default(),
             reservations: FastMap::default(),
             scratch: data::Scratch::default(),
-            opened_by: FastMap::default(),
             created: FastMap::default(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
@@ -166,17 +157,7 @@ impl Server {
                 mode,
                 excl,
                 open,
-            } => {
-                let r = self.create(creds, parent, &name, mode, excl);
-                if let Ok(Response::Entry {
-                    handle,
-                    created: true,
-                }) = &r
-                {
-                    self.created_by(client, handle.ino, open);
-                }
-                r
-            }
+            } => self.create_named(client, creds, (parent, &name), (mode, excl), open),
             Request::Mkdir { parent, name, mode } => self.mkdir(creds, parent, &name, mode),
             Request::Symlink {
                 parent,
@@ -549,26 +530,14 @@ impl Server {
         self.spare_items = items;
     }
 
-    /// A client is gone: give back its reservations.
+    /// A client is gone: give back its reservations and its open handles.
     pub fn disconnect(&mut self, client: ClientId) {
         if let Some(pages) = self.reservations.remove(&client) {
             for p in pages.pages() {
                 self.alloc.release_now(Item::DataPage(p));
             }
         }
-        self.created.remove(&client);
-        let mut mine = Vec::new();
-        self.opened_by.retain(|&(c, ino), n| {
-            if c == client {
-                mine.push((ino, n.all));
-            }
-            c != client
-        });
-        for (ino, all) in mine {
-            for _ in 0..all {
-                let _ = self.release_open(ino);
-            }
-        }
+        self.release_client(client);
     }
 
     /// Unmount: free orphans, return reservations, checkpoint, write the bitmaps, mark clean.
@@ -581,7 +550,6 @@ impl Server {
             self.closed = true;
             return Err(e);
         }
-        self.opened_by.clear();
         let orphans: Vec<u64> = self.open.drain().map(|(i, _)| i).collect();
         for ino in orphans {
             let d = self.read_inode(ino);

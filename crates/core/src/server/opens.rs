@@ -6,6 +6,82 @@ use crate::error::{Error, Result};
 use crate::inode::field;
 use crate::perm::Creds;
 use crate::request::{Handle, Response};
+use std::collections::hash_map::Entry;
+
+/// Handles one client holds open on one inode, and how many of them may write.
+#[derive(Clone, Copy, Debug, Default)]
+struct Holder {
+    client: ClientId,
+    all: u32,
+    write: u32,
+}
+
+/// The clients holding one inode open. The first one is kept inline: an open by a single
+/// client (the usual case) allocates nothing, and an open or a close hashes once.
+#[derive(Debug, Default)]
+pub(super) struct Holders {
+    /// Empty (`all == 0`) only when `more` is empty too.
+    first: Holder,
+    more: Vec<Holder>,
+}
+
+impl Holders {
+    fn is_empty(&self) -> bool {
+        self.first.all == 0
+    }
+
+    fn find(&mut self, client: ClientId) -> Option<&mut Holder> {
+        if self.first.all > 0 && self.first.client == client {
+            return Some(&mut self.first);
+        }
+        self.more.iter_mut().find(|h| h.client == client)
+    }
+
+    fn add(&mut self, client: ClientId, write: bool) {
+        let h = if self.is_empty() {
+            self.first.client = client;
+            &mut self.first
+        } else if self.first.client == client {
+            &mut self.first
+        } else {
+            match self.more.iter().position(|h| h.client == client) {
+                Some(i) => &mut self.more[i],
+                None => {
+                    self.more.push(Holder {
+                        client,
+                        ..Holder::default()
+                    });
+                    self.more.last_mut().expect("just pushed")
+                }
+            }
+        };
+        h.all += 1;
+        h.write += write as u32;
+    }
+
+    /// One handle of `client` closed; EBADF if it holds none (none for writing, if `write`).
+    fn release(&mut self, client: ClientId, write: bool) -> Result<()> {
+        let mine = self.find(client).ok_or(Error::EBADF)?;
+        if write && mine.write == 0 {
+            return Err(Error::EBADF);
+        }
+        mine.all -= 1;
+        mine.write -= write as u32;
+        if mine.all == 0 {
+            self.prune(client);
+        }
+        Ok(())
+    }
+
+    /// Drop `client`'s holder once it holds nothing, keeping `first` filled if any is left.
+    fn prune(&mut self, client: ClientId) {
+        if self.first.client == client && self.first.all == 0 {
+            self.first = self.more.pop().unwrap_or_default();
+        } else {
+            self.more.retain(|h| h.client != client || h.all > 0);
+        }
+    }
+}
 
 impl Server {
     /// `client` has created `ino`: open it (for writing if `Some(true)`) when the create
@@ -58,16 +134,17 @@ impl Server {
 
     /// One more open handle of `ino` held by `client`.
     fn count_open(&mut self, client: ClientId, ino: u64, write: bool) {
-        *self.open.entry(ino).or_default() += 1;
-        let o = self.opened_by.entry((client, ino)).or_default();
-        o.all += 1;
-        o.write += write as u32;
+        self.open.entry(ino).or_default().add(client, write);
     }
 
     /// Refuse (EBADF) a change of file contents from a client that does not hold the file
     /// open for writing.
-    pub(super) fn check_writer(&self, client: ClientId, h: Handle) -> Result<()> {
-        let writes = self.opened_by.get(&(client, h.ino)).map_or(0, |o| o.write);
+    pub(super) fn check_writer(&mut self, client: ClientId, h: Handle) -> Result<()> {
+        let writes = self
+            .open
+            .get_mut(&h.ino)
+            .and_then(|o| o.find(client))
+            .map_or(0, |o| o.write);
         if writes == 0 {
             return Err(Error::with_msg(
                 libc::EBADF,
@@ -77,44 +154,94 @@ impl Server {
         Ok(())
     }
 
-    pub(super) fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
+    /// `Request::Close` (the in-process transport calls it directly).
+    pub(crate) fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
+        self.running()?;
         self.check_handle(h)?;
-        let mine = self
-            .opened_by
-            .get_mut(&(client, h.ino))
-            .ok_or(Error::EBADF)?;
-        if write && mine.write == 0 {
+        let Entry::Occupied(mut e) = self.open.entry(h.ino) else {
             return Err(Error::EBADF);
+        };
+        e.get_mut().release(client, write)?;
+        if e.get().is_empty() {
+            e.remove();
+            self.free_if_unlinked(h.ino)?;
         }
-        mine.all -= 1;
-        mine.write -= write as u32;
-        if mine.all == 0 {
-            self.opened_by.remove(&(client, h.ino));
-        }
-        self.release_open(h.ino)?;
         Ok(Response::Done)
     }
 
-    /// Drop one open reference; the last one of an inode with no name frees it.
-    pub(super) fn release_open(&mut self, ino: u64) -> Result<()> {
-        let Some(count) = self.open.get_mut(&ino) else {
-            return Ok(());
-        };
-        *count -= 1;
-        if *count == 0 {
-            self.open.remove(&ino);
-            let (mode, nlink) = (
-                self.u32_field(ino, field::MODE),
-                self.u32_field(ino, field::NLINK),
-            );
-            if mode != 0 && nlink == 0 {
-                self.free_inode(ino)?;
-            }
+    /// The last handle of `ino` is closed: free it if it has no name left.
+    fn free_if_unlinked(&mut self, ino: u64) -> Result<()> {
+        // Most files closed still have a name: one load tells.
+        if self.u32_field(ino, field::NLINK) == 0 && self.u32_field(ino, field::MODE) != 0 {
+            self.free_inode(ino)?;
         }
         Ok(())
     }
 
+    /// A client is gone: drop every handle it held (freeing what no longer has a name or
+    /// a handle) and the files it may still open for writing.
+    pub(super) fn release_client(&mut self, client: ClientId) {
+        self.created.remove(&client);
+        let mut closed = Vec::new();
+        self.open.retain(|&ino, holders| {
+            if let Some(h) = holders.find(client) {
+                h.all = 0;
+                holders.prune(client);
+            }
+            if holders.is_empty() {
+                closed.push(ino);
+            }
+            !holders.is_empty()
+        });
+        for ino in closed {
+            let _ = self.free_if_unlinked(ino);
+        }
+    }
+
     pub(crate) fn is_open(&self, ino: u64) -> bool {
         self.open.contains_key(&ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Holders;
+
+    fn count(h: &mut Holders, client: u64) -> (u32, u32) {
+        h.find(client).map_or((0, 0), |h| (h.all, h.write))
+    }
+
+    fn close(h: &mut Holders, client: u64, write: bool) {
+        h.release(client, write).unwrap();
+    }
+
+    #[test]
+    fn holders_count_per_client_and_empty_only_when_all_are_closed() {
+        let mut h = Holders::default();
+        assert!(h.is_empty());
+        h.add(1, true);
+        h.add(2, false);
+        h.add(3, true);
+        h.add(2, true);
+        assert_eq!(
+            (count(&mut h, 1), count(&mut h, 2), count(&mut h, 3)),
+            ((1, 1), (2, 1), (1, 1))
+        );
+        // The inline holder goes first: another takes its place.
+        close(&mut h, 1, true);
+        assert_eq!(count(&mut h, 1), (0, 0));
+        assert!(!h.is_empty());
+        close(&mut h, 2, false);
+        assert_eq!(count(&mut h, 2), (1, 1));
+        close(&mut h, 3, true);
+        assert!(!h.is_empty());
+        close(&mut h, 2, true);
+        assert!(h.is_empty());
+        assert!(h.more.is_empty());
+        // Reused once empty.
+        h.add(4, false);
+        assert_eq!(count(&mut h, 4), (1, 0));
+        assert!(h.release(4, true).is_err());
+        assert!(h.release(5, false).is_err());
     }
 }

@@ -125,7 +125,7 @@ impl File {
         let fs = &self.fs;
         let core = &*fs.core;
         let shared = fs.pool_is_shared();
-        let lock = &self.lock;
+        let lock = self.range_lock();
         // Lock from the page of min(offset, size): the gap between the old end of file and
         // the write is ours to zero. Appends lock to infinity so that they take turns.
         let (_guard, d, off) = loop {

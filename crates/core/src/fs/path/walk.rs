@@ -66,9 +66,9 @@ pub(crate) enum Want {
     Parent,
 }
 
-pub(crate) enum Walked {
+pub(crate) enum Walked<'p> {
     Object(Handle, InodeData),
-    Parent(Parent),
+    Parent(Parent<'p>),
     /// The path leaves the pool's namespace (see `Fs::stat_local`).
     Leaves,
 }
@@ -122,7 +122,14 @@ impl Fs {
 
     /// Look `name` up in the directory the walk stands on, with the search permission
     /// check, all under the directory's sequence counter.
-    fn step(&self, at: At, name: &[u8], stay_inside: bool, deps: &mut Deps) -> Result<Step> {
+    /// The directory's counter value is recorded in `deps` (when the walk keeps them).
+    fn step(
+        &self,
+        at: At,
+        name: &[u8],
+        stay_inside: bool,
+        deps: Option<&mut Deps>,
+    ) -> Result<Step> {
         let core = &*self.core;
         loop {
             let s = core.shared.seqs.read_begin(at.ino);
@@ -171,7 +178,9 @@ impl Fs {
                 },
             };
             if core.shared.seqs.read_ok(at.ino, s) {
-                deps.push(at.ino, s);
+                if let Some(deps) = deps {
+                    deps.push(at.ino, s);
+                }
                 return found;
             }
         }
@@ -204,14 +213,17 @@ impl Fs {
     ///
     /// With `stay_inside`, the walk ends with `Leaves` where a process's namespace and the
     /// pool's disagree: a symlink whose target is absolute, or ".." in the root.
-    pub(crate) fn walk(
+    pub(crate) fn walk<'p>(
         &self,
         base: Option<Handle>,
-        path: &[u8],
+        path: &'p [u8],
         want: Want,
         stay_inside: bool,
-    ) -> Result<Walked> {
+    ) -> Result<Walked<'p>> {
         let Want::Object { follow } = want else {
+            if let Some(p) = self.cached_parent(base, path, stay_inside) {
+                return Ok(p);
+            }
             return self.walk_uncached(base, path, want, stay_inside, &mut Deps::new());
         };
         let query = Query {
@@ -237,14 +249,62 @@ impl Fs {
         Ok(w)
     }
 
-    fn walk_uncached(
+    /// A parent walk through the cache: the directory the path up to its last slash names
+    /// (a cached object walk, which depends on the directories above it but not on the one
+    /// it ends at, so creates and removals there leave it valid), checked as the walk's
+    /// last step checks it. None where that would not give the walk's own result (a last
+    /// component "." or "..", no slash, a bad path, any failure): walk then.
+    fn cached_parent<'p>(
         &self,
         base: Option<Handle>,
-        path: &[u8],
+        path: &'p [u8],
+        stay_inside: bool,
+    ) -> Option<Walked<'p>> {
+        if path.len() >= PATH_MAX {
+            return None;
+        }
+        let end = path.iter().rposition(|&b| b != b'/')? + 1;
+        let slash = path[..end].iter().rposition(|&b| b == b'/')?;
+        let name = &path[slash + 1..end];
+        if name == b"." || name == b".." || name.contains(&0) {
+            return None;
+        }
+        let (prefix, follow) = (&path[..=slash], true);
+        let query = Query {
+            base,
+            follow,
+            stay_inside,
+        };
+        let at = match self.cached_walk(query, prefix) {
+            Some(at) => at,
+            // Walked (and cached) for the next time.
+            None => match self.walk(base, prefix, Want::Object { follow }, stay_inside) {
+                Ok(Walked::Object(h, _)) => At::of(h),
+                _ => return None,
+            },
+        };
+        // The walk's last step: still there, a directory, searchable.
+        match self.step(at, b".", stay_inside, None) {
+            Ok(Step::Child(At {
+                ino,
+                generation: Some(generation),
+            })) => Some(Walked::Parent(Parent {
+                dir: Handle { ino, generation },
+                name: Some(Cow::Borrowed(name)),
+                trailing_slash: end < path.len(),
+            })),
+            _ => None,
+        }
+    }
+
+    fn walk_uncached<'p>(
+        &self,
+        base: Option<Handle>,
+        path: &'p [u8],
         want: Want,
         stay_inside: bool,
         deps: &mut Deps,
-    ) -> Result<Walked> {
+    ) -> Result<Walked<'p>> {
         if path.is_empty() {
             return Err(Error::ENOENT);
         }
@@ -280,7 +340,7 @@ impl Fs {
                     // its parent for "..".
                     let name = &buf[c.clone()];
                     let probe: &[u8] = if name == b".." { b".." } else { b"." };
-                    match self.step(cur, probe, stay_inside, deps)? {
+                    match self.step(cur, probe, stay_inside, Some(deps))? {
                         Step::Child(at) => {
                             let generation = match at.generation {
                                 Some(g) => g,
@@ -291,7 +351,10 @@ impl Fs {
                                     ino: at.ino,
                                     generation,
                                 },
-                                name: (name != b"." && name != b"..").then(|| name.to_vec()),
+                                name: (name != b"." && name != b"..").then(|| match &buf {
+                                    Cow::Borrowed(p) => Cow::Borrowed(&p[c.clone()]),
+                                    Cow::Owned(_) => Cow::Owned(name.to_vec()),
+                                }),
                                 trailing_slash: trailing,
                             }));
                         }
@@ -300,7 +363,7 @@ impl Fs {
                         Step::Stale | Step::Missing => {}
                     }
                 }
-                (Some(c), _) => match self.step(cur, &buf[c.clone()], stay_inside, deps)? {
+                (Some(c), _) => match self.step(cur, &buf[c.clone()], stay_inside, Some(deps))? {
                     Step::Child(next) => {
                         from = Some((cur, c.clone()));
                         cur = next;
