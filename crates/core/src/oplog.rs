@@ -4,9 +4,12 @@
 //! so replaying it any number of times gives the same result. A record is persisted before
 //! any of its stores is applied in place (log before apply).
 
+mod crc;
+
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
-use engram_pmem::Pool;
+use engram_pmem::{CACHE_LINE, Pool};
+use std::slice::ChunksExactMut;
 
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"ELOG");
 const HEADER: usize = 32;
@@ -82,13 +85,12 @@ impl Entry {
         }
     }
 
-    /// Encode into the start of `out` (zeroed, at least `encoded_len` bytes long); returns
-    /// the bytes written, padding included.
-    fn encode(&self, out: &mut [u8]) -> usize {
-        let mut at = 0;
+    /// Encode into the next `encoded_len / 8` words of `out` (zeroed).
+    fn encode(&self, out: &mut ChunksExactMut<'_, u8>) {
         let mut word = |w: u64| {
-            out[at..at + 8].copy_from_slice(&w.to_le_bytes());
-            at += 8;
+            if let Some(at) = out.next() {
+                at.copy_from_slice(&w.to_le_bytes());
+            }
         };
         match self {
             Entry::Set { off, width, value } => {
@@ -114,10 +116,11 @@ impl Entry {
             Entry::Bytes { off, data } => {
                 word(off | TAG_BYTES << 56);
                 word(data.len() as u64);
-                out[at..at + data.len()].copy_from_slice(data);
+                for (src, at) in data.chunks(8).zip(out) {
+                    at[..src.len()].copy_from_slice(src);
+                }
             }
         }
-        self.encoded_len()
     }
 
     /// Decode one entry from `b`; returns it and the bytes consumed.
@@ -169,15 +172,19 @@ impl Entry {
         }
     }
 
-    /// Perform the store and flush it (no fence).
-    pub fn apply(&self, pool: &Pool) {
+    /// Perform the store (not written back); returns the range stored to.
+    #[inline]
+    fn store(&self, pool: &Pool) -> (u64, u64) {
         match self {
-            Entry::Set { off, width, value } => match width {
-                1 => pool.store_u8(*off, *value as u8),
-                2 => pool.write(*off, &(*value as u16).to_le_bytes()),
-                4 => pool.store_u32(*off, *value as u32),
-                _ => pool.store_u64(*off, *value),
-            },
+            Entry::Set { off, width, value } => {
+                match width {
+                    1 => pool.store_u8(*off, *value as u8),
+                    2 => pool.write(*off, &(*value as u16).to_le_bytes()),
+                    4 => pool.store_u32(*off, *value as u32),
+                    _ => pool.store_u64(*off, *value),
+                }
+                (*off, *width as u64)
+            }
             Entry::Seq {
                 off,
                 count,
@@ -187,22 +194,62 @@ impl Entry {
                 for i in 0..*count {
                     pool.store_u64(off + i * 8, start.wrapping_add(i.wrapping_mul(*step)));
                 }
+                (*off, count.saturating_mul(8))
             }
-            Entry::Bytes { off, data } => pool.write(*off, data),
-            Entry::Short { off, len, data } => match len {
-                1 => pool.store_u8(*off, data[0]),
-                _ => pool.write(*off, &data[..*len as usize]),
-            },
+            Entry::Bytes { off, data } => {
+                pool.write(*off, data);
+                (*off, data.len() as u64)
+            }
+            Entry::Short { off, len, data } => {
+                match len {
+                    1 => pool.store_u8(*off, data[0]),
+                    _ => pool.write(*off, &data[..*len as usize]),
+                }
+                (*off, *len as u64)
+            }
         }
-        let (off, len) = self.range();
+    }
+
+    /// Perform the store and flush it (no fence).
+    pub fn apply(&self, pool: &Pool) {
+        let (off, len) = self.store(pool);
         pool.flush(off, len);
     }
 }
 
 /// Apply every entry of a record in place (flushed, not fenced).
+///
+/// Each cache line is written back once, after the record's last store to it, instead of
+/// once per entry: an append's size, block count and times share the inode's line. No fence
+/// separates the entries, so one write-back of the line's final contents persists what the
+/// several did; every line stored to is still written back before this returns.
 pub fn apply_all(pool: &Pool, entries: &[Entry]) {
-    for e in entries {
-        e.apply(pool);
+    const LINE: u64 = CACHE_LINE - 1;
+    // Runs of whole lines `[start, end)` stored to and not yet written back.
+    let mut runs = [(0u64, 0u64); 4];
+    let mut n = 0;
+    'entries: for e in entries {
+        let (off, len) = e.store(pool);
+        if len == 0 {
+            continue;
+        }
+        let (start, end) = (off & !LINE, (off + len + LINE) & !LINE);
+        for run in &mut runs[..n] {
+            // Overlapping or touching: one run (never a line that was not stored to).
+            if start <= run.1 && run.0 <= end {
+                *run = (run.0.min(start), run.1.max(end));
+                continue 'entries;
+            }
+        }
+        if let Some(run) = runs.get_mut(n) {
+            *run = (start, end);
+            n += 1;
+        } else {
+            pool.flush(off, len);
+        }
+    }
+    for &(start, end) in &runs[..n] {
+        pool.flush(start, end - start);
     }
 }
 
@@ -281,10 +328,11 @@ impl Log {
         }
     }
 
-    /// Append a record and make it durable. The caller has made sure it fits
-    /// (`needs_checkpoint` false) and that everything it depends on is persisted.
-    pub fn append(&mut self, pool: &Pool, entries: &[Entry]) -> Result<()> {
-        let len = Log::record_len(entries);
+    /// Append a record of `len` bytes (`record_len(entries)`) and make it durable. The
+    /// caller has made sure it fits (`needs_checkpoint` false) and that everything it
+    /// depends on is persisted.
+    pub fn append(&mut self, pool: &Pool, entries: &[Entry], len: u64) -> Result<()> {
+        debug_assert_eq!(len, Log::record_len(entries));
         if len > self.max_record() {
             return Err(Error::with_msg(
                 libc::EFBIG,
@@ -324,18 +372,23 @@ impl Log {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         buf.resize(body_len, 0);
-        buf[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-        buf[4..8].copy_from_slice(&kind.to_le_bytes());
-        buf[8..12].copy_from_slice(&(len as u32).to_le_bytes());
-        buf[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
-        let mut at = HEADER;
-        for e in entries {
-            at += e.encode(&mut buf[at..]);
+        let mut out = buf.chunks_exact_mut(8);
+        for w in [
+            RECORD_MAGIC as u64 | (kind as u64) << 32,
+            len,
+            self.next_seq,
+            0,
+        ] {
+            if let Some(at) = out.next() {
+                at.copy_from_slice(&w.to_le_bytes());
+            }
         }
-        let crc = crc32c::crc32c(&buf);
+        for e in entries {
+            e.encode(&mut out);
+        }
+        let crc = crc::crc32c(&buf);
         buf[12..16].copy_from_slice(&crc.to_le_bytes());
-        let at = self.off + self.tail;
-        pool.copy_nt(at, &buf);
+        pool.copy_nt(self.off + self.tail, &buf);
         self.next_seq += 1;
         self.buf = buf;
     }
@@ -477,7 +530,7 @@ fn record_at(pool: &Pool, geo: &Geometry, pos: u64) -> Option<Found> {
     };
     let mut bytes = pool.slice(geo.log_off + pos, covered).to_vec();
     bytes[12..16].fill(0);
-    (crc32c::crc32c(&bytes) == crc).then_some(Found {
+    (crc::crc32c(&bytes) == crc).then_some(Found {
         pos,
         len,
         kind,
@@ -527,7 +580,12 @@ mod tests {
 
     fn encoded(e: &Entry) -> Vec<u8> {
         let mut got = vec![0u8; e.encoded_len()];
-        assert_eq!(e.encode(&mut got), got.len());
+        let mut out = got.chunks_exact_mut(8);
+        e.encode(&mut out);
+        assert!(
+            out.next().is_none(),
+            "{e:?} encodes shorter than its length"
+        );
         got
     }
 

@@ -377,6 +377,7 @@ impl Pool {
     // ---- stores (not durable until flushed and fenced) ----
 
     #[track_caller]
+    #[inline]
     pub fn store_u8(&self, off: u64, v: u8) {
         self.check(off, 1, "store_u8");
         // SAFETY: in bounds; see `load_u8`.
@@ -384,6 +385,7 @@ impl Pool {
     }
 
     #[track_caller]
+    #[inline]
     pub fn store_u32(&self, off: u64, v: u32) {
         self.check_aligned(off, 4, "store_u32");
         // SAFETY: in bounds and aligned; see `load_u32`.
@@ -392,6 +394,7 @@ impl Pool {
 
     /// 8-byte atomic publish store.
     #[track_caller]
+    #[inline]
     pub fn store_u64(&self, off: u64, v: u64) {
         self.check_aligned(off, 8, "store_u64");
         // SAFETY: in bounds and aligned; see `load_u64`.
@@ -400,6 +403,7 @@ impl Pool {
 
     /// Copy bytes in with ordinary (cached) stores.
     #[track_caller]
+    #[inline]
     pub fn write(&self, off: u64, data: &[u8]) {
         self.check(off, data.len() as u64, "write");
         // SAFETY: destination in bounds; `ptr::copy` tolerates `data` being a
