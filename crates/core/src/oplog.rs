@@ -173,7 +173,7 @@ impl Entry {
     }
 
     /// Perform the store (not written back); returns the range stored to.
-    #[inline]
+    #[inline(always)]
     fn store(&self, pool: &Pool) -> (u64, u64) {
         match self {
             Entry::Set { off, width, value } => {
