@@ -577,7 +577,7 @@ impl Pool {
     /// Bulk copy with non-temporal stores; durable after the next
     /// [`Pool::fence`]. Short copies (< 256 bytes) use `write` + `flush`.
     #[track_caller]
-    #[inline]
+    #[inline(always)]
     pub fn copy_nt(&self, off: u64, data: &[u8]) {
         let len = data.len() as u64;
         self.check(off, len, "copy_nt");
