@@ -4,9 +4,15 @@
 //! so replaying it any number of times gives the same result. A record is persisted before
 //! any of its stores is applied in place (log before apply).
 
+mod crc;
+mod replay;
+
+pub use replay::{Replayed, count_valid, replay};
+
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
-use engram_pmem::Pool;
+use engram_pmem::{CACHE_LINE, Pool};
+use std::slice::ChunksExactMut;
 
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"ELOG");
 const HEADER: usize = 32;
@@ -82,13 +88,12 @@ impl Entry {
         }
     }
 
-    /// Encode into the start of `out` (zeroed, at least `encoded_len` bytes long); returns
-    /// the bytes written, padding included.
-    fn encode(&self, out: &mut [u8]) -> usize {
-        let mut at = 0;
+    /// Encode into the next `encoded_len / 8` words of `out` (zeroed).
+    fn encode(&self, out: &mut ChunksExactMut<'_, u8>) {
         let mut word = |w: u64| {
-            out[at..at + 8].copy_from_slice(&w.to_le_bytes());
-            at += 8;
+            if let Some(at) = out.next() {
+                at.copy_from_slice(&w.to_le_bytes());
+            }
         };
         match self {
             Entry::Set { off, width, value } => {
@@ -114,10 +119,11 @@ impl Entry {
             Entry::Bytes { off, data } => {
                 word(off | TAG_BYTES << 56);
                 word(data.len() as u64);
-                out[at..at + data.len()].copy_from_slice(data);
+                for (src, at) in data.chunks(8).zip(out) {
+                    at[..src.len()].copy_from_slice(src);
+                }
             }
         }
-        self.encoded_len()
     }
 
     /// Decode one entry from `b`; returns it and the bytes consumed.
@@ -169,15 +175,19 @@ impl Entry {
         }
     }
 
-    /// Perform the store and flush it (no fence).
-    pub fn apply(&self, pool: &Pool) {
+    /// Perform the store (not written back); returns the range stored to.
+    #[inline(always)]
+    fn store(&self, pool: &Pool) -> (u64, u64) {
         match self {
-            Entry::Set { off, width, value } => match width {
-                1 => pool.store_u8(*off, *value as u8),
-                2 => pool.write(*off, &(*value as u16).to_le_bytes()),
-                4 => pool.store_u32(*off, *value as u32),
-                _ => pool.store_u64(*off, *value),
-            },
+            Entry::Set { off, width, value } => {
+                match width {
+                    1 => pool.store_u8(*off, *value as u8),
+                    2 => pool.write(*off, &(*value as u16).to_le_bytes()),
+                    4 => pool.store_u32(*off, *value as u32),
+                    _ => pool.store_u64(*off, *value),
+                }
+                (*off, *width as u64)
+            }
             Entry::Seq {
                 off,
                 count,
@@ -187,22 +197,62 @@ impl Entry {
                 for i in 0..*count {
                     pool.store_u64(off + i * 8, start.wrapping_add(i.wrapping_mul(*step)));
                 }
+                (*off, count.saturating_mul(8))
             }
-            Entry::Bytes { off, data } => pool.write(*off, data),
-            Entry::Short { off, len, data } => match len {
-                1 => pool.store_u8(*off, data[0]),
-                _ => pool.write(*off, &data[..*len as usize]),
-            },
+            Entry::Bytes { off, data } => {
+                pool.write(*off, data);
+                (*off, data.len() as u64)
+            }
+            Entry::Short { off, len, data } => {
+                match len {
+                    1 => pool.store_u8(*off, data[0]),
+                    _ => pool.write(*off, &data[..*len as usize]),
+                }
+                (*off, *len as u64)
+            }
         }
-        let (off, len) = self.range();
+    }
+
+    /// Perform the store and flush it (no fence).
+    pub fn apply(&self, pool: &Pool) {
+        let (off, len) = self.store(pool);
         pool.flush(off, len);
     }
 }
 
 /// Apply every entry of a record in place (flushed, not fenced).
+///
+/// Each cache line is written back once, after the record's last store to it, instead of
+/// once per entry: an append's size, block count and times share the inode's line. No fence
+/// separates the entries, so one write-back of the line's final contents persists what the
+/// several did; every line stored to is still written back before this returns.
 pub fn apply_all(pool: &Pool, entries: &[Entry]) {
-    for e in entries {
-        e.apply(pool);
+    const LINE: u64 = CACHE_LINE - 1;
+    // Runs of whole lines `[start, end)` stored to and not yet written back.
+    let mut runs = [(0u64, 0u64); 4];
+    let mut n = 0;
+    'entries: for e in entries {
+        let (off, len) = e.store(pool);
+        if len == 0 {
+            continue;
+        }
+        let (start, end) = (off & !LINE, (off + len + LINE) & !LINE);
+        for run in &mut runs[..n] {
+            // Overlapping or touching: one run (never a line that was not stored to).
+            if start <= run.1 && run.0 <= end {
+                *run = (run.0.min(start), run.1.max(end));
+                continue 'entries;
+            }
+        }
+        if let Some(run) = runs.get_mut(n) {
+            *run = (start, end);
+            n += 1;
+        } else {
+            pool.flush(off, len);
+        }
+    }
+    for &(start, end) in &runs[..n] {
+        pool.flush(start, end - start);
     }
 }
 
@@ -281,10 +331,11 @@ impl Log {
         }
     }
 
-    /// Append a record and make it durable. The caller has made sure it fits
-    /// (`needs_checkpoint` false) and that everything it depends on is persisted.
-    pub fn append(&mut self, pool: &Pool, entries: &[Entry]) -> Result<()> {
-        let len = Log::record_len(entries);
+    /// Append a record of `len` bytes (`record_len(entries)`) and make it durable. The
+    /// caller has made sure it fits (`needs_checkpoint` false) and that everything it
+    /// depends on is persisted.
+    pub fn append(&mut self, pool: &Pool, entries: &[Entry], len: u64) -> Result<()> {
+        debug_assert_eq!(len, Log::record_len(entries));
         if len > self.max_record() {
             return Err(Error::with_msg(
                 libc::EFBIG,
@@ -324,197 +375,26 @@ impl Log {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         buf.resize(body_len, 0);
-        buf[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-        buf[4..8].copy_from_slice(&kind.to_le_bytes());
-        buf[8..12].copy_from_slice(&(len as u32).to_le_bytes());
-        buf[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
-        let mut at = HEADER;
-        for e in entries {
-            at += e.encode(&mut buf[at..]);
+        let mut out = buf.chunks_exact_mut(8);
+        for w in [
+            RECORD_MAGIC as u64 | (kind as u64) << 32,
+            len,
+            self.next_seq,
+            0,
+        ] {
+            if let Some(at) = out.next() {
+                at.copy_from_slice(&w.to_le_bytes());
+            }
         }
-        let crc = crc32c::crc32c(&buf);
+        for e in entries {
+            e.encode(&mut out);
+        }
+        let crc = crc::crc32c(&buf);
         buf[12..16].copy_from_slice(&crc.to_le_bytes());
-        let at = self.off + self.tail;
-        pool.copy_nt(at, &buf);
+        pool.copy_nt(self.off + self.tail, &buf);
         self.next_seq += 1;
         self.buf = buf;
     }
-}
-
-/// What replay found.
-#[derive(Debug)]
-pub struct Replayed {
-    pub records: u64,
-    /// Where the log ends: the next record goes here.
-    pub end: LogHead,
-}
-
-/// A valid record found by a scan of the log.
-#[derive(Clone, Copy, Debug)]
-struct Found {
-    pos: u64,
-    len: u64,
-    kind: u32,
-    seq: u64,
-}
-
-/// Replay every valid record from `head`, in order, applying its stores. Idempotent.
-///
-/// The log ends at the first record that fails its checks (magic, the next sequence number,
-/// length, checksum): a torn last record is normal after a crash. But a record can only be
-/// written once every earlier one is durable, so a valid record with a later sequence
-/// number anywhere in the log means the failing one was committed and is now damaged:
-/// replaying past it is impossible and stopping there would drop committed operations, so
-/// that is refused as corruption. So is a valid record that cannot be decoded or that
-/// targets anything outside the inode table and the metadata pages. Everything is checked
-/// before anything is applied: a refused log leaves the pool untouched.
-pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
-    let (records, end) = scan(pool, geo, head)?;
-    for entries in &records {
-        apply_all(pool, entries);
-    }
-    pool.fence();
-    Ok(Replayed {
-        records: records.len() as u64,
-        end,
-    })
-}
-
-/// The decoded, checked entries of an operations record.
-fn record_entries(pool: &Pool, geo: &Geometry, f: &Found) -> Result<Vec<Entry>> {
-    let body = pool.slice(geo.log_off + f.pos + HEADER as u64, f.len - HEADER as u64);
-    let seq = f.seq;
-    let entries = decode_entries(body)
-        .ok_or_else(|| Error::corrupt(format!("log record {seq} has an undecodable entry")))?;
-    for e in &entries {
-        let (off, l) = e.range();
-        if off < geo.inode_off || off.checked_add(l).is_none_or(|end| end > geo.data_off) {
-            return Err(Error::corrupt(format!(
-                "log record {seq} writes outside the metadata area (offset {off:#x})"
-            )));
-        }
-    }
-    Ok(entries)
-}
-
-/// The decoded entries of every operations record from `head` in order, and where the log
-/// ends; refuses a log whose chain breaks before a later record (see [`replay`]). Changes
-/// nothing.
-fn scan(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<(Vec<Vec<Entry>>, LogHead)> {
-    let mut records = Vec::new();
-    let mut count = 0u64;
-    let mut pos = head.head;
-    let mut seq = head.seq;
-    let mut laps = 0u64;
-    while let Some(f) = record_at(pool, geo, pos).filter(|f| f.seq == seq) {
-        count += 1;
-        seq += 1;
-        if f.kind == KIND_WRAP {
-            pos = 0;
-            laps += 1;
-            if laps > 2 {
-                return Err(Error::corrupt("operation log wraps more than once"));
-            }
-            continue;
-        }
-        records.push(record_entries(pool, geo, &f)?);
-        pos += f.len;
-        if pos >= geo.log_len {
-            pos = 0;
-        }
-        if count > geo.log_len / 64 {
-            return Err(Error::corrupt(
-                "operation log has more records than it can hold",
-            ));
-        }
-    }
-    if let Some(later) = later_record(pool, geo, seq) {
-        return Err(Error::corrupt(format!(
-            "operation log is damaged: record {seq} at log offset {pos:#x} fails its checks, \
-             but record {} at log offset {:#x} was written after it; recovery would lose \
-             committed operations, so the pool is left as it is",
-            later.seq, later.pos
-        )));
-    }
-    Ok((records, LogHead { head: pos, seq }))
-}
-
-/// A valid record anywhere in the log with a sequence number after `seq` (and not absurdly
-/// far after it: at most as many records as the log holds).
-fn later_record(pool: &Pool, geo: &Geometry, seq: u64) -> Option<Found> {
-    let limit = geo.log_len / 64;
-    (0..geo.log_len)
-        .step_by(64)
-        .filter_map(|pos| record_at(pool, geo, pos))
-        .find(|f| f.seq > seq && f.seq - seq <= limit)
-}
-
-/// The record at `pos` if its header and checksum are right (any sequence number).
-fn record_at(pool: &Pool, geo: &Geometry, pos: u64) -> Option<Found> {
-    if pos + HEADER as u64 > geo.log_len {
-        return None;
-    }
-    let h = pool.slice(geo.log_off + pos, HEADER as u64);
-    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
-    let magic = u32_at(0);
-    if magic != RECORD_MAGIC {
-        return None;
-    }
-    let kind = u32_at(4);
-    let len = u32_at(8) as u64;
-    let crc = u32_at(12);
-    let seq = u64::from_le_bytes(h[16..24].try_into().unwrap());
-    if len < HEADER as u64 || !len.is_multiple_of(64) {
-        return None;
-    }
-    if pos + len > geo.log_len || kind > KIND_WRAP {
-        return None;
-    }
-    let covered = if kind == KIND_WRAP {
-        HEADER as u64
-    } else {
-        len
-    };
-    let mut bytes = pool.slice(geo.log_off + pos, covered).to_vec();
-    bytes[12..16].fill(0);
-    (crc32c::crc32c(&bytes) == crc).then_some(Found {
-        pos,
-        len,
-        kind,
-        seq,
-    })
-}
-
-fn decode_entries(mut b: &[u8]) -> Option<Vec<Entry>> {
-    let mut out = Vec::new();
-    // Padding after the last entry is zero, which decodes as no tag.
-    while b.len() >= 16 && b[..8] != [0u8; 8] {
-        let (e, used) = Entry::decode(b)?;
-        out.push(e);
-        b = &b[used.min(b.len())..];
-    }
-    Some(out)
-}
-
-/// How many records from `head` form a valid chain (fsck compares it with the number
-/// appended since the last checkpoint).
-pub fn count_valid(pool: &Pool, geo: &Geometry, head: LogHead) -> u64 {
-    let mut pos = head.head;
-    let mut seq = head.seq;
-    let mut n = 0;
-    while let Some(f) = record_at(pool, geo, pos).filter(|f| f.seq == seq) {
-        pos = if f.kind == KIND_WRAP {
-            0
-        } else {
-            (pos + f.len) % geo.log_len
-        };
-        seq += 1;
-        n += 1;
-        if n > geo.log_len / 64 {
-            break;
-        }
-    }
-    n
 }
 
 #[cfg(test)]
@@ -527,8 +407,62 @@ mod tests {
 
     fn encoded(e: &Entry) -> Vec<u8> {
         let mut got = vec![0u8; e.encoded_len()];
-        assert_eq!(e.encode(&mut got), got.len());
+        let mut out = got.chunks_exact_mut(8);
+        e.encode(&mut out);
+        assert!(
+            out.next().is_none(),
+            "{e:?} encodes shorter than its length"
+        );
         got
+    }
+
+    /// `apply_all` writes back exactly the lines its entries stored to, each once, the last
+    /// time with their final contents; more runs than it keeps are still written back.
+    #[test]
+    fn apply_all_writes_back_each_line_stored_to_once() {
+        use engram_pmem::Event;
+        let pool = Pool::anonymous(1 << 20).unwrap();
+        let mut entries = vec![
+            Entry::set64(0x1008, 1),
+            Entry::set64(0x1010, 2),
+            Entry::Seq {
+                off: 0x1038,
+                count: 3,
+                start: 7,
+                step: 1,
+            },
+            Entry::short(0x4001, b"abc"),
+            Entry::set32(0x1000, 3),
+        ];
+        // Ten more distinct lines, far apart: more than the runs kept.
+        entries.extend((0..10).map(|i| Entry::set64(0x8000 + i * 0x400, i)));
+        entries.extend([Entry::set64(0x8000, 98), Entry::set64(0x9000, 99)]);
+        pool.start_recording();
+        apply_all(&pool, &entries);
+        let rec = pool.stop_recording().unwrap();
+        let mut last = std::collections::HashMap::new();
+        let mut lines: Vec<u64> = rec
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::Flush { line, data } => {
+                    last.insert(*line, *data);
+                    *line
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        for (line, data) in last {
+            assert_eq!(data, pool.read_array::<64>(line), "line {line:#x}");
+        }
+        lines.sort_unstable();
+        let mut want = vec![0x1000, 0x1040, 0x4000];
+        want.extend((0..10).map(|i| 0x8000 + i * 0x400));
+        // 0x8000 is in a kept run; 0x9000 came after the runs were all taken, so each of its
+        // stores was written back at once: the one duplicate allowed.
+        want.push(0x9000);
+        want.sort_unstable();
+        assert_eq!(lines, want);
     }
 
     /// The log format must not change: entries encode to these exact words, `Short`

@@ -377,6 +377,7 @@ impl Pool {
     // ---- stores (not durable until flushed and fenced) ----
 
     #[track_caller]
+    #[inline]
     pub fn store_u8(&self, off: u64, v: u8) {
         self.check(off, 1, "store_u8");
         // SAFETY: in bounds; see `load_u8`.
@@ -384,6 +385,7 @@ impl Pool {
     }
 
     #[track_caller]
+    #[inline]
     pub fn store_u32(&self, off: u64, v: u32) {
         self.check_aligned(off, 4, "store_u32");
         // SAFETY: in bounds and aligned; see `load_u32`.
@@ -392,6 +394,7 @@ impl Pool {
 
     /// 8-byte atomic publish store.
     #[track_caller]
+    #[inline]
     pub fn store_u64(&self, off: u64, v: u64) {
         self.check_aligned(off, 8, "store_u64");
         // SAFETY: in bounds and aligned; see `load_u64`.
@@ -400,6 +403,7 @@ impl Pool {
 
     /// Copy bytes in with ordinary (cached) stores.
     #[track_caller]
+    #[inline]
     pub fn write(&self, off: u64, data: &[u8]) {
         self.check(off, data.len() as u64, "write");
         // SAFETY: destination in bounds; `ptr::copy` tolerates `data` being a
@@ -418,26 +422,40 @@ impl Pool {
     // ---- persistence ----
 
     /// Write back the lines overlapping an in-bounds range, without recording.
+    #[inline]
     fn write_back(&self, off: u64, len: u64) {
         if self.media == Media::File {
-            // Cache-line write-back buys nothing for page-cache memory: the
-            // fence's msync makes these pages durable.
-            self.dirty.add(off, len);
+            self.note_dirty(off, len);
         } else {
             // SAFETY: the range is in bounds and `kind` was detected on this CPU.
             unsafe { flush::flush_range(self.kind, self.at(off), len as usize) };
         }
     }
 
+    /// Cache-line write-back buys nothing for page-cache memory: the fence's msync makes
+    /// these pages durable. Out of line: it takes a lock, the PM path only a branch.
+    #[inline(never)]
+    fn note_dirty(&self, off: u64, len: u64) {
+        self.dirty.add(off, len);
+    }
+
     #[inline]
     fn record_lines(&self, off: u64, len: u64) {
         if self.rec.is_on() {
-            self.rec.push_lines(off, len, |line| self.line_data(line));
+            self.push_recorded_lines(off, len);
         }
+    }
+
+    /// Out of line, so that a flush outside recording mode costs one load and branch.
+    #[cold]
+    #[inline(never)]
+    fn push_recorded_lines(&self, off: u64, len: u64) {
+        self.rec.push_lines(off, len, |line| self.line_data(line));
     }
 
     /// Write back every cache line overlapping `[off, off + len)`. No fence.
     #[track_caller]
+    #[inline]
     pub fn flush(&self, off: u64, len: u64) {
         self.check(off, len, "flush");
         if len == 0 {
@@ -559,6 +577,7 @@ impl Pool {
     /// Bulk copy with non-temporal stores; durable after the next
     /// [`Pool::fence`]. Short copies (< 256 bytes) use `write` + `flush`.
     #[track_caller]
+    #[inline(always)]
     pub fn copy_nt(&self, off: u64, data: &[u8]) {
         let len = data.len() as u64;
         self.check(off, len, "copy_nt");
@@ -567,6 +586,14 @@ impl Pool {
             self.flush(off, len);
             return;
         }
+        self.stream_in(off, data);
+    }
+
+    /// The streaming part of `copy_nt` (range checked, long, not overlapping the pool), out
+    /// of line: a short copy then costs no register saves for the AVX loop.
+    #[inline(never)]
+    fn stream_in(&self, off: u64, data: &[u8]) {
+        let len = data.len() as u64;
         self.nt_range(
             off,
             len,
@@ -574,7 +601,7 @@ impl Pool {
             |dst, skip, n| {
                 // SAFETY: `dst` is the 64-aligned in-bounds middle of the
                 // range, `data[skip..skip + n]` its source, and they do not
-                // overlap (checked above).
+                // overlap (`copy_nt`, the only caller, checked both).
                 unsafe { flush::stream_copy(dst, data.as_ptr().add(skip as usize), n) }
             },
         );

@@ -276,7 +276,7 @@ impl Server {
             self.checkpoint()?;
         }
         self.check_synced("persisting new structures")?;
-        self.log.append(&self.pool, entries)?;
+        self.log.append(&self.pool, entries, len)?;
         self.check_synced("a log append")?;
         // The inodes touched, sorted so that concurrent readers always see the counters
         // taken in one order. An operation names a handful: no allocation then.
