@@ -3,10 +3,13 @@
 //! that need them and are not counted on their own.
 //!
 //! - fileserver: files of 128 KiB, I/O in 1 MiB requests, read:write 1:2. Per iteration:
-//!   create + write a whole new file, append 16 KiB to a random file, read a random file
-//!   whole, stat a random file, delete the new file.
+//!   delete a random file, create it again and write it whole, append 16 KiB to a random
+//!   file, read a random file whole, stat a random file. As in Filebench, the files deleted
+//!   are files of the set, so the appends do not make the set grow without bound.
 //! - webserver: files of 16 KiB; ten whole-file reads of random files, then a 16 KiB
-//!   append to a log shared by the threads (read:write 10:1).
+//!   append to a log shared by the threads (read:write 10:1). The log is rotated
+//!   (truncated) every `LOG_ROTATE` bytes, as a web server's logrotate would, so that a
+//!   fast target does not fill its file system with it.
 //! - webproxy: files of 16 KiB in one directory; delete a file, create it again with
 //!   16 KiB, then five whole-file reads (read:write 5:1).
 //! - varmail: files of 16 KiB in one directory; delete, create + append 16 KiB + fsync,
@@ -20,8 +23,12 @@ use crate::micro::fill;
 use crate::targets::{Open, Target, TargetFile};
 use crate::{Bench, Ctx, Group, Scale, Unit};
 use std::io;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const KIB: usize = 1024;
+/// The webserver's log is truncated each time this many bytes have been appended to it.
+const LOG_ROTATE: u64 = 64 << 20;
 /// Size of the I/O requests (and of each worker's buffer).
 const IO: usize = 1 << 20;
 
@@ -66,17 +73,16 @@ fn fileserver(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64> {
     const SIZE: usize = 128 * KIB;
     ctx.scratch(t, |dir| {
         let set = file_set(t, dir, ctx.scale.fileserver_files, SIZE, 100)?;
-        t.mkdir(&format!("{dir}/new"))?;
         let n = set.len();
-        timed(threads, IO, ctx.scale.personality_budget, |w, i| {
-            let new = format!("{dir}/new/t{}-{i}", w.tid);
-            t.open(&new, Open::CREATE)?.pwrite(&w.buf[..SIZE], 0)?;
-            let k = w.rand(n);
+        timed(threads, IO, ctx.scale.personality_budget, |w, _| {
+            let k = w.rand_own(n);
+            t.unlink(&set[k])?;
+            t.open(&set[k], Open::CREATE)?.pwrite(&w.buf[..SIZE], 0)?;
+            let k = w.rand_own(n);
             t.open(&set[k], Open::APPEND)?.append(&w.buf[..16 * KIB])?;
-            let k = w.rand(n);
+            let k = w.rand_own(n);
             read_whole(t, &set[k], w)?;
-            t.stat(&set[w.rand(n)])?;
-            t.unlink(&new)?;
+            t.stat(&set[w.rand_own(n)])?;
             Ok(5)
         })
     })
@@ -85,14 +91,26 @@ fn fileserver(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64> {
 fn webserver(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64> {
     ctx.scratch(t, |dir| {
         let set = file_set(t, dir, ctx.scale.webserver_files, 16 * KIB, 100)?;
-        let log = t.open(&format!("{dir}/access.log"), Open::APPEND)?;
+        let log_path = format!("{dir}/access.log");
+        let log = RwLock::new(t.open(&log_path, Open::APPEND)?);
+        let logged = AtomicU64::new(0);
         let n = set.len();
         timed(threads, IO, ctx.scale.personality_budget, |w, _| {
             for _ in 0..10 {
                 let k = w.rand(n);
                 read_whole(t, &set[k], w)?;
             }
-            log.append(&w.buf[..16 * KIB])?;
+            let entry = 16 * KIB as u64;
+            log.read()
+                .unwrap_or_else(|e| e.into_inner())
+                .append(&w.buf[..entry as usize])?;
+            let before = logged.fetch_add(entry, Ordering::Relaxed);
+            if (before + entry) / LOG_ROTATE != before / LOG_ROTATE {
+                // Truncate (O_TRUNC) while no thread appends; the O_APPEND handle then
+                // writes from the new end of file.
+                let _quiet = log.write().unwrap_or_else(|e| e.into_inner());
+                t.open(&log_path, Open::CREATE)?;
+            }
             Ok(11)
         })
     })
