@@ -204,6 +204,7 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<usize, String> {
         Group::Micro,
         Group::Bandwidth,
         Group::Personality,
+        Group::Apps,
         Group::Scaling,
         Group::Recovery,
     ];

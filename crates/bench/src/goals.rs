@@ -227,6 +227,41 @@ pub fn evaluate(r: &Report) -> Vec<Goal> {
         "tmpfs",
         1.5,
     ));
+    let apps: [(&str, &str, &str, f64); 5] = [
+        (
+            "sqlite3 script (shim) ≥ 5× ext4",
+            "sqlite3 script",
+            "ext4",
+            5.0,
+        ),
+        (
+            "sqlite3 script (shim) ≥ 1.2× tmpfs",
+            "sqlite3 script",
+            "tmpfs",
+            1.2,
+        ),
+        (
+            "db_bench fillsync (shim) ≥ 10× ext4",
+            "db_bench fillsync",
+            "ext4",
+            10.0,
+        ),
+        (
+            "db_bench fillrandom (shim) ≥ 1.1× tmpfs",
+            "db_bench fillrandom",
+            "tmpfs",
+            1.1,
+        ),
+        (
+            "db_bench readrandom (shim) ≥ 1.1× tmpfs",
+            "db_bench readrandom",
+            "tmpfs",
+            1.1,
+        ),
+    ];
+    for (text, bench, base, need) in apps {
+        g.push(vs(r, text, Apps, bench, "engram", bench, base, need));
+    }
     let sizes: Vec<&str> = r
         .rows
         .iter()

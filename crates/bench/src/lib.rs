@@ -6,6 +6,7 @@
 //! Targets are pluggable (`targets::Target`): a FUSE mount or a directory under the
 //! `LD_PRELOAD` shim is a `targets::posix::mounted_dir`, passed to `run_with`.
 
+mod apps;
 mod bandwidth;
 mod chart;
 mod clients;
@@ -20,6 +21,7 @@ mod scaling;
 mod signals;
 pub mod targets;
 
+pub use apps::AppScale;
 pub use clients::client_worker;
 pub use report::{Report, Row, Unit};
 pub use targets::{Kind, Open, Target, TargetFile};
@@ -75,6 +77,7 @@ pub struct Scale {
     pub pool_size: u64,
     pub ext4_image: u64,
     pub ext4_inodes: u64,
+    pub apps: AppScale,
 }
 
 const MIB: u64 = 1 << 20;
@@ -109,6 +112,13 @@ impl Scale {
             pool_size: 3 * GIB,
             ext4_image: 8 * GIB,
             ext4_inodes: 1_300_000,
+            apps: AppScale {
+                sqlite_txns: 2_000,
+                db_keys: 500_000,
+                db_sync_writes: 20_000,
+                fio_mib: 256,
+                fio_runtime: Duration::from_secs(3),
+            },
         }
     }
 
@@ -140,6 +150,13 @@ impl Scale {
             pool_size: GIB,
             ext4_image: 3 * GIB,
             ext4_inodes: 300_000,
+            apps: AppScale {
+                sqlite_txns: 300,
+                db_keys: 50_000,
+                db_sync_writes: 2_000,
+                fio_mib: 64,
+                fio_runtime: Duration::from_millis(500),
+            },
         }
     }
 
@@ -169,6 +186,13 @@ impl Scale {
             pool_size: 128 * MIB,
             ext4_image: 256 * MIB,
             ext4_inodes: 20_000,
+            apps: AppScale {
+                sqlite_txns: 5,
+                db_keys: 500,
+                db_sync_writes: 5,
+                fio_mib: 2,
+                fio_runtime: Duration::from_millis(50),
+            },
         }
     }
 }
@@ -179,6 +203,7 @@ pub enum Group {
     Micro,
     Bandwidth,
     Personality,
+    Apps,
     Scaling,
     Recovery,
 }
@@ -189,6 +214,7 @@ impl Group {
             Group::Micro => "micro",
             Group::Bandwidth => "bandwidth",
             Group::Personality => "personality",
+            Group::Apps => "apps",
             Group::Scaling => "scaling",
             Group::Recovery => "recovery",
         }
@@ -199,6 +225,7 @@ impl Group {
             Group::Micro => "Microbenchmarks (FxMark style)",
             Group::Bandwidth => "Persist bandwidth of large writes, against DRAM memcpy",
             Group::Personality => "Workload personalities (Filebench style)",
+            Group::Apps => "Applications (real programs; EngramFS through the shim)",
             Group::Scaling => "Create latency against directory size",
             Group::Recovery => "Recovery, mkfs and mount time (EngramFS native only)",
         }
@@ -294,6 +321,7 @@ fn all_benches(scale: &Scale) -> Vec<Bench> {
     let mut v = micro::benches(scale);
     v.extend(bandwidth::benches(scale));
     v.extend(personalities::benches(scale));
+    v.extend(apps::benches(scale));
     v.extend(scaling::benches(scale));
     v
 }

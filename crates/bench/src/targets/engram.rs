@@ -2,13 +2,13 @@
 //! through an `engram serve` daemon started in a thread of this process and reached with
 //! `Fs::connect`, exactly as another process would reach it.
 
-use super::{Kind, Open, Target, TargetFile};
+use super::{Kind, Open, ProgramDir, Target, TargetFile};
 use engram_core::daemon::{ServeOptions, Stop, serve_until};
 use engram_core::{File, Fs, OpenOptions, Options};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -108,7 +108,14 @@ pub struct EngramTarget {
     fs: Option<Fs>,
     daemon: Option<Daemon>,
     pool: PathBuf,
+    size: u64,
+    /// The pool programs open in-process through the shim (made on first use): they cannot
+    /// open `pool`, which this process holds.
+    programs: Mutex<Option<PathBuf>>,
 }
+
+/// The prefix under which programs started by the harness reach EngramFS through the shim.
+const PROGRAM_MOUNT: &str = "/mnt/engram-bench";
 
 impl EngramTarget {
     /// The native API with the server in this process, on a fresh pool of `size` bytes
@@ -145,6 +152,8 @@ impl EngramTarget {
                 fs: Some(fs),
                 daemon,
                 pool,
+                size,
+                programs: Mutex::new(None),
             }),
             Err(e) => {
                 let _ = std::fs::remove_file(&pool);
@@ -166,6 +175,48 @@ impl Drop for EngramTarget {
         drop(self.fs.take());
         drop(self.daemon.take());
         let _ = std::fs::remove_file(&self.pool);
+        let programs = self.programs.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = programs.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Remove a directory tree through the native API.
+fn remove_tree(fs: &Fs, path: &str) -> io::Result<()> {
+    for e in fs.read_dir(path)? {
+        let e = e?;
+        if e.name == b"." || e.name == b".." {
+            continue;
+        }
+        let p = format!("{path}/{}", e.name_str());
+        if e.file_type == libc::DT_DIR {
+            remove_tree(fs, &p)?;
+        } else {
+            fs.unlink(&p)?;
+        }
+    }
+    Ok(fs.rmdir(path)?)
+}
+
+impl EngramTarget {
+    /// The pool of programs run in-process through the shim, made (and faulted in, like the
+    /// shared pools) on first use.
+    fn programs_pool(&self) -> io::Result<PathBuf> {
+        let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = programs.as_ref() {
+            return Ok(p.clone());
+        }
+        let p = pool_path(&format!("{}-programs", self.name));
+        let made = Fs::mkfs(&p, self.size)
+            .map_err(io::Error::from)
+            .and_then(|()| populate(&p));
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&p);
+            return Err(e);
+        }
+        *programs = Some(p.clone());
+        Ok(p)
     }
 }
 
@@ -241,6 +292,43 @@ impl Target for EngramTarget {
             }
         }
         Ok(out)
+    }
+    /// Programs reach EngramFS through the shim: the daemon target's programs connect to
+    /// its daemon; the native target's open a pool of their own in-process (this process
+    /// holds the shared one), with `scratch` made in it and removed afterwards.
+    fn program_dir(&self, scratch: &str) -> io::Result<ProgramDir> {
+        let lib = engram_run::find_library().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "libengram_preload.so not found beside the executable (build it: cargo build \
+                 --release -p engram-preload; or set ENGRAM_PRELOAD_LIB)",
+            )
+        })?;
+        let mut env = vec![
+            ("LD_PRELOAD".to_string(), lib.display().to_string()),
+            ("ENGRAM_MOUNT".to_string(), PROGRAM_MOUNT.to_string()),
+        ];
+        let dir = PathBuf::from(format!("{PROGRAM_MOUNT}{scratch}"));
+        if let Some(d) = &self.daemon {
+            env.push(("ENGRAM_SOCKET".into(), d.socket.display().to_string()));
+            return Ok(ProgramDir {
+                dir,
+                env,
+                cleanup: None,
+            });
+        }
+        let pool = self.programs_pool()?;
+        Fs::open(&pool, &Options::default())?.mkdir(scratch, 0o755)?;
+        env.push(("ENGRAM_POOL".into(), pool.display().to_string()));
+        let scratch = scratch.to_string();
+        Ok(ProgramDir {
+            dir,
+            env,
+            cleanup: Some(Box::new(move || {
+                let fs = Fs::open(&pool, &Options::default())?;
+                remove_tree(&fs, &scratch)
+            })),
+        })
     }
     fn fresh(&self, files: u64) -> Option<io::Result<Box<dyn Target>>> {
         // An inode per 8 KiB of pool; leave a quarter spare, round to 1 GiB.

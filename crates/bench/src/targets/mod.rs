@@ -10,7 +10,7 @@ pub mod posix;
 
 use crate::Scale;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The tmpfs baseline on /dev/shm itself, run beside `tmpfs` when the pools (and `tmpfs`)
 /// live on the harness's huge-page mount.
@@ -69,6 +69,24 @@ pub trait TargetFile: Send + Sync {
     fn fdatasync(&self) -> io::Result<()>;
 }
 
+/// Where a program started by the harness (sqlite3, db_bench, fio) keeps its files on a
+/// target, and what its environment needs to reach them (the shim's variables).
+pub struct ProgramDir {
+    pub dir: PathBuf,
+    pub env: Vec<(String, String)>,
+    /// Undoes what `Target::program_dir` set up beside the scratch directory (run once the
+    /// program has exited).
+    pub cleanup: Option<Box<dyn FnOnce() -> io::Result<()>>>,
+}
+
+impl Drop for ProgramDir {
+    fn drop(&mut self) {
+        if let Some(f) = self.cleanup.take() {
+            let _ = f();
+        }
+    }
+}
+
 /// A file system under test.
 pub trait Target: Send + Sync {
     fn name(&self) -> &str;
@@ -98,6 +116,15 @@ pub trait Target: Send + Sync {
             }
         }
         self.rmdir(path)
+    }
+
+    /// How another process reaches `scratch` (a fresh directory of this target, made by
+    /// `Ctx::scratch`). Targets that no other process can reach say why.
+    fn program_dir(&self, _scratch: &str) -> io::Result<ProgramDir> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{}: programs cannot reach this target", self.name()),
+        ))
     }
 
     /// A new, empty instance of the same kind able to hold `files` files, for benchmarks

@@ -3,7 +3,7 @@
 //! mounted directory (an `engram mount` FUSE mount, or a directory under the shim's prefix
 //! when this process runs under the `LD_PRELOAD` shim).
 
-use super::{Kind, Open, Target, TargetFile};
+use super::{Kind, Open, ProgramDir, Target, TargetFile};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -306,6 +306,21 @@ impl PosixTarget {
 impl Target for PosixTarget {
     fn name(&self) -> &str {
         &self.name
+    }
+    fn program_dir(&self, scratch: &str) -> io::Result<ProgramDir> {
+        if self.name == "engram-shim" {
+            // This process's shim holds that pool open in-process: a child cannot open it.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the shim's pool is open in this process (no daemon): programs started \
+                 from it cannot share it",
+            ));
+        }
+        Ok(ProgramDir {
+            dir: self.root.join(scratch.trim_start_matches('/')),
+            env: Vec::new(),
+            cleanup: None,
+        })
     }
     fn kind(&self) -> Kind {
         self.kind
