@@ -114,7 +114,7 @@ impl Scale {
             ext4_inodes: 1_300_000,
             apps: AppScale {
                 sqlite_txns: 2_000,
-                db_keys: 500_000,
+                db_keys: 1_000_000,
                 db_sync_writes: 20_000,
                 fio_mib: 256,
                 fio_runtime: Duration::from_secs(3),
@@ -152,7 +152,7 @@ impl Scale {
             ext4_inodes: 300_000,
             apps: AppScale {
                 sqlite_txns: 300,
-                db_keys: 50_000,
+                db_keys: 200_000,
                 db_sync_writes: 2_000,
                 fio_mib: 64,
                 fio_runtime: Duration::from_millis(500),
