@@ -23,7 +23,8 @@ mount -t tmpfs -o huge=within_size,size=8G tmpfs "$pools" 2>/dev/null ||
     echo "note: no huge-page tmpfs for the front ends' pools; they live in $pools" >&2
 cleanup() {
     "$engram" umount "$fmnt" 2>/dev/null || true
-    umount "$pools" 2>/dev/null || true
+    # The daemon of `engram run` may still hold its pool for a moment (idle exit): detach.
+    umount "$pools" 2>/dev/null || umount -l "$pools" 2>/dev/null || true
     rm -rf "$pools" "$fmnt"
 }
 trap cleanup EXIT
