@@ -73,9 +73,13 @@ fn fcntl_of(fd: c_int, of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
             if r < 0 {
                 return Err(errno());
             }
-            if cmd == libc::F_SETFD && arg as c_int & libc::FD_CLOEXEC == 0 {
-                let _op = op();
-                crate::table::publish_if_inheritable(fd);
+            if cmd == libc::F_SETFD {
+                let cloexec = arg as c_int & libc::FD_CLOEXEC != 0;
+                crate::table::set_cloexec(fd, cloexec);
+                if !cloexec {
+                    let _op = op();
+                    crate::table::publish_if_inheritable(fd);
+                }
             }
             Ok(r)
         }
@@ -101,6 +105,11 @@ fn fcntl_of(fd: c_int, of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
 
 fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, pass: impl FnOnce() -> c_int) -> c_int {
     let Some(of) = table::get(fd) else {
+        if crate::desc::is_spare(fd) {
+            // A closed file's number the shim keeps for its next open: closed to the program.
+            crate::util::set_errno(libc::EBADF);
+            return -1;
+        }
         return pass();
     };
     guard(-1, || fcntl_of(fd, &of, cmd, arg))
@@ -129,9 +138,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
     crate::guarded!(-1, {
         // SAFETY: forwarding unchanged.
         let r = unsafe { real::ioctl(fd, req, arg) };
-        if r == 0 && req == libc::FIONCLEX && table::is_ours(fd) {
-            let _op = op();
-            table::publish_if_inheritable(fd);
+        if r == 0 && (req == libc::FIONCLEX || req == libc::FIOCLEX) && table::is_ours(fd) {
+            table::set_cloexec(fd, req == libc::FIOCLEX);
+            if req == libc::FIONCLEX {
+                let _op = op();
+                table::publish_if_inheritable(fd);
+            }
         }
         r
     })

@@ -28,7 +28,15 @@ fn options(flags: c_int, mode: u32) -> OpenOptions {
 }
 
 fn install(file: engram_core::File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int> {
-    let mut p = path.to_vec();
+    install_owned(file, path.to_vec(), is_dir, flags)
+}
+
+fn install_owned(
+    file: engram_core::File,
+    mut p: Vec<u8>,
+    is_dir: bool,
+    flags: c_int,
+) -> Res<c_int> {
     while p.len() > 1 && p.ends_with(b"/") {
         p.pop();
     }
@@ -49,12 +57,15 @@ pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> 
 /// Open a routed, unresolved pool path with one walk of the pool when the process would
 /// resolve it the same way; `None` when it may leave the pool, or names a directory (whose
 /// descriptor must remember the canonical path): the caller resolves it first.
-fn open_inside(raw: &[u8], flags: c_int, mode: u32) -> Res<Option<c_int>> {
+fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(libc::EOPNOTSUPP);
     }
+    let Some((dir, raw)) = r.start() else {
+        return Ok(None);
+    };
     let fs = session::fs_inside()?;
-    let file = match fs.open_file(raw, &options(flags, mode)) {
+    let file = match fs.open_from(dir, raw, &options(flags, mode)) {
         Ok(f) => f,
         Err(e) if e.leaves_pool() => return Ok(None),
         Err(e) => return Err(en(e)),
@@ -64,7 +75,11 @@ fn open_inside(raw: &[u8], flags: c_int, mode: u32) -> Res<Option<c_int>> {
     if !created && file.metadata().map_err(en)?.is_dir() {
         return Ok(None);
     }
-    install(file, raw, false, flags).map(Some)
+    let path = match r {
+        Route::At { fd, rel, .. } => table::path_joined(*fd, rel).ok_or(libc::EBADF)?,
+        _ => raw.to_vec(),
+    };
+    install_owned(file, path, false, flags).map(Some)
 }
 
 /// The body of every open call once the path is known to be ours.
@@ -73,8 +88,8 @@ fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int
         let _op = op();
         let follow = flags & libc::O_NOFOLLOW == 0
             && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
-        if let Ok(Route::Ours(raw)) = &r
-            && let Some(fd) = open_inside(raw, flags, mode)?
+        if let Ok(r) = &r
+            && let Some(fd) = open_inside(r, flags, mode)?
         {
             return Ok(fd);
         }
@@ -199,15 +214,18 @@ pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     crate::guarded!(-1, {
         if !table::is_ours(fd) {
-            crate::desc::released(fd, fd);
+            if crate::desc::released(fd, fd) {
+                // A spare placeholder: closed as far as the program knows.
+                // SAFETY: closing the spare we just forgot.
+                unsafe { real::close(fd) };
+                return Err(libc::EBADF);
+            }
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::close(fd) });
         }
         guard(-1, || {
             let _op = op();
-            drop(table::remove(fd));
-            // SAFETY: closing the placeholder descriptor.
-            let r = unsafe { real::close(fd) };
+            let r = table::close(fd);
             if r < 0 { Err(errno()) } else { Ok(r) }
         })
     })
@@ -283,6 +301,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
             return Ok(unsafe { real::dup2(old, new) });
         }
         let _op = op();
+        crate::desc::released(new, new);
         // SAFETY: the kernel does the duplication; the table follows.
         let r = unsafe { real::dup2(old, new) };
         if r >= 0 && old != new {
@@ -301,6 +320,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
             return Ok(unsafe { real::dup3(old, new, flags) });
         }
         let _op = op();
+        crate::desc::released(new, new);
         // SAFETY: as dup2.
         let r = unsafe { real::dup3(old, new, flags) };
         if r >= 0 {

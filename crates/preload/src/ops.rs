@@ -5,7 +5,7 @@ use crate::resolve::{Resolved, resolve};
 use crate::route::Route;
 use crate::session;
 use crate::util::{Res, cstring, errno};
-use engram_core::Fs;
+use engram_core::{Fs, Handle};
 use libc::c_int;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -59,15 +59,33 @@ pub enum Side {
 }
 
 pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
-    let raw = match r? {
+    let raw = match r?.joined()? {
         Route::Ours(raw) => raw,
-        Route::Pass => return Err(libc::EINVAL),
+        _ => return Err(libc::EINVAL),
     };
     let fs = session::fs()?;
     Ok(match resolve(fs, &raw, follow)? {
         Resolved::Inside(p) => Side::Pool(fs, p),
         Resolved::Outside(p) => Side::Real(cstring(&p)?),
     })
+}
+
+/// Run `f` with the pool view whose walks stay inside it (`Fs::staying_inside`) on where
+/// route `r` starts and its path: one walk of the pool, as the process would resolve it.
+/// `Ok(None)` where that cannot serve the call (not a route to the pool, or a path that may
+/// leave it): the caller then resolves the path itself (`side`).
+pub fn inside<T>(
+    r: &Res<Route>,
+    f: impl FnOnce(&Fs, Option<Handle>, &[u8]) -> engram_core::Result<T>,
+) -> Res<Option<T>> {
+    let Some((dir, path)) = r.as_ref().ok().and_then(Route::start) else {
+        return Ok(None);
+    };
+    match f(session::fs_inside()?, dir, path) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.leaves_pool() => Ok(None),
+        Err(e) => Err(e.errno()),
+    }
 }
 
 /// A libc return value as a result (errno on -1).

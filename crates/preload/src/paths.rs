@@ -2,11 +2,12 @@
 //! truncate, mknod. A rename or link from one side of the mount prefix to the other is
 //! EXDEV, as between two file systems.
 
-use crate::ops::{Side, ok, real_ret, side};
+use crate::ops::{Side, inside, ok, real_ret, side};
 use crate::route::{Route, route};
-use crate::session::op;
+use crate::session::{self, op};
 use crate::util::{Res, cbytes, en, guard};
 use crate::{real, routed};
+use engram_core::Handle;
 use libc::{c_char, c_int, c_uint, mode_t, off_t, size_t, ssize_t};
 
 /// One path of a two-path call.
@@ -41,12 +42,21 @@ impl Any {
     }
 }
 
-/// A two-path call (rename, link): both in the pool, both outside, or EXDEV.
+/// Where each path of a two-path call starts in the pool, and the path.
+type Starts<'a> = ((Option<Handle>, &'a [u8]), (Option<Handle>, &'a [u8]));
+
+/// A two-path call served on the pool view that stays inside it.
+type Fast<'f> = &'f dyn Fn(&engram_core::Fs, Starts) -> engram_core::Result<()>;
+
+/// A two-path call (rename, link): both in the pool, both outside, or EXDEV. `fast`, when
+/// given, serves two pool paths with one walk each on the pool view that stays inside it
+/// (None when a path may leave the pool; the paths are then resolved by the shim).
 #[allow(clippy::too_many_arguments)]
 fn two(
     (fd1, p1): (c_int, *const c_char),
     (fd2, p2): (c_int, *const c_char),
     follow1: bool,
+    fast: Option<Fast>,
     pool: impl FnOnce(&engram_core::Fs, &[u8], &[u8]) -> Res<c_int>,
     realf: impl FnOnce((c_int, *const c_char), (c_int, *const c_char)) -> c_int,
 ) -> c_int {
@@ -57,6 +67,15 @@ fn two(
     }
     guard(-1, || {
         let _op = op();
+        if let (Some(fast), Ok(a), Ok(b)) = (fast, &r1, &r2)
+            && let (Some(a), Some(b)) = (a.start(), b.start())
+        {
+            match fast(session::fs_inside()?, (a, b)) {
+                Ok(()) => return Ok(0),
+                Err(e) if e.leaves_pool() => {}
+                Err(e) => return Err(e.errno()),
+            }
+        }
         let a = Any::of(fd1, p1, r1, follow1)?;
         let b = Any::of(fd2, p2, r2, false)?;
         match (a.pool(), b.pool(), a.real(), b.real()) {
@@ -101,6 +120,7 @@ pub unsafe extern "C" fn renameat2(
             (fd1, from),
             (fd2, to),
             false,
+            Some(&|fs, ((d1, a), (d2, b))| fs.rename_from(d1, a, d2, b, flags)),
             |fs, a, b| {
                 if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
                     return Err(libc::EINVAL);
@@ -141,6 +161,7 @@ pub unsafe extern "C" fn linkat(
             (fd1, from),
             (fd2, to),
             follow,
+            None,
             |fs, a, b| ok(fs.link_at(None, a, None, b, follow)),
             // SAFETY: the real call with the caller's (or resolved) paths.
             |(f1, a), (f2, b)| unsafe {
@@ -265,8 +286,13 @@ pub unsafe extern "C" fn __readlinkat_chk(
 fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
     guard(-1, || {
         let _op = op();
+        let mode = mode & 0o7777;
+        let masked = mode & !crate::ops::current_umask();
+        if let Some(()) = inside(&r, |fs, at, p| fs.mkdir_from(at, p, masked))? {
+            return Ok(0);
+        }
         match side(r, false)? {
-            Side::Pool(fs, p) => ok(fs.mkdir(&p, mode & 0o7777 & !crate::ops::current_umask())),
+            Side::Pool(fs, p) => ok(fs.mkdir(&p, masked)),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::mkdir(p.as_ptr(), mode) }),
         }
@@ -292,6 +318,9 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
 fn unlink_routed(r: Res<Route>, dir: bool) -> c_int {
     guard(-1, || {
         let _op = op();
+        if let Some(()) = inside(&r, |fs, at, p| fs.unlink_from(at, p, dir))? {
+            return Ok(0);
+        }
         match side(r, false)? {
             Side::Pool(fs, p) => ok(fs.unlink_at(None, &p, dir)),
             // SAFETY: the real call on the resolved path.

@@ -4,6 +4,7 @@
 
 use crate::table;
 use crate::util::{Res, cbytes};
+use engram_core::Handle;
 use libc::{c_char, c_int};
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -291,6 +292,36 @@ pub enum Route<'a> {
     /// To EngramFS: a path from the pool's root, not yet resolved (may hold "..", symlinks);
     /// borrowed from the caller's absolute path when it can be.
     Ours(Cow<'a, [u8]>),
+    /// To EngramFS: a relative path (not empty) from the directory open as descriptor `fd`,
+    /// whose handle is `dir`. The pool walks it from that directory; only where the walk
+    /// would leave the pool is it joined to the directory's path (`joined`).
+    At {
+        dir: Handle,
+        fd: c_int,
+        rel: &'a [u8],
+    },
+}
+
+impl<'a> Route<'a> {
+    /// Where a pool walk of this route starts (None: the root) and the path it walks.
+    pub fn start(&self) -> Option<(Option<Handle>, &[u8])> {
+        match self {
+            Route::Pass => None,
+            Route::Ours(raw) => Some((None, raw)),
+            Route::At { dir, rel, .. } => Some((Some(*dir), rel)),
+        }
+    }
+
+    /// This route with a path from the pool's root: a relative one is joined to the path
+    /// its directory was opened by (EBADF if the descriptor was closed meanwhile).
+    pub fn joined(self) -> Res<Route<'a>> {
+        match self {
+            Route::At { fd, rel, .. } => Ok(Route::Ours(
+                table::path_joined(fd, rel).ok_or(libc::EBADF)?.into(),
+            )),
+            r => Ok(r),
+        }
+    }
 }
 
 fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
@@ -339,16 +370,23 @@ pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
 fn route_relative(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
     if dirfd != libc::AT_FDCWD {
         if !table::is_ours(dirfd) {
+            if crate::desc::is_spare(dirfd) {
+                return Err(libc::EBADF);
+            }
             return Ok(route_real_dir(dirfd, p));
         }
-        let of = table::get(dirfd).ok_or(libc::EBADF)?;
+        let (dir, is_dir) = table::dir_of(dirfd).ok_or(libc::EBADF)?;
         if p.is_empty() {
             return Err(libc::ENOENT);
         }
-        if !of.is_dir() {
+        if !is_dir {
             return Err(libc::ENOTDIR);
         }
-        return Ok(Route::Ours(join(of.path(), p).into()));
+        return Ok(Route::At {
+            dir,
+            fd: dirfd,
+            rel: p,
+        });
     }
     if VCWD_SET.load(Ordering::Acquire) {
         if let Some(cwd) = virtual_cwd() {

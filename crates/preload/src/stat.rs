@@ -100,19 +100,24 @@ pub fn stat_routed<T>(
     meta: impl FnOnce(&Metadata) -> Res<T>,
     real: impl FnOnce(&std::ffi::CStr) -> Res<T>,
 ) -> Res<T> {
-    let raw = match r? {
-        crate::route::Route::Ours(raw) => raw,
-        crate::route::Route::Pass => return Err(libc::EINVAL),
+    let r = r?;
+    let Some((dir, path)) = r.start() else {
+        return Err(libc::EINVAL);
     };
     let fs = session::fs()?;
     // One walk of the pool, unless the path may leave it (an absolute symlink, ".." in
-    // the root): then the shim's own walk, which has usually looked the object up too.
-    match fs.stat_inside(&raw, follow) {
+    // the root): then the shim's own walk of the whole path.
+    match fs.stat_inside_from(dir, path, follow) {
         Ok(Some(m)) => meta(&m),
-        Ok(None) => match stat_walked(fs, &raw, follow)? {
-            Ok(m) => meta(&m),
-            Err(p) => real(&p),
-        },
+        Ok(None) => {
+            let crate::route::Route::Ours(raw) = r.joined()? else {
+                return Err(libc::EINVAL);
+            };
+            match stat_walked(fs, &raw, follow)? {
+                Ok(m) => meta(&m),
+                Err(p) => real(&p),
+            }
+        }
         Err(e) => Err(e.errno()),
     }
 }

@@ -16,7 +16,7 @@ use crate::util::{Res, SpinRw, en};
 use engram_core::{File, Handle, OpenOptions, ReadDir};
 use libc::c_int;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub const MAX_FDS: usize = 1 << 16;
@@ -298,6 +298,7 @@ pub fn create(file: File, path: Vec<u8>, is_dir: bool, flags: c_int) -> Res<c_in
         return Err(e);
     }
     install(fd, Arc::new(of));
+    set_cloexec(fd, cloexec);
     Ok(fd)
 }
 
@@ -395,21 +396,88 @@ pub fn is_ours(fd: c_int) -> bool {
     fd >= 0 && (fd as usize) < MAX_FDS && !SLOTS[fd as usize].load(Ordering::Acquire).is_null()
 }
 
-pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
+/// Run `f` on the description `fd` refers to, under the table's read lock (so that it
+/// cannot be released meanwhile), without taking a reference to it.
+#[inline]
+fn with_slot<R>(fd: c_int, f: impl FnOnce(*const OpenFile) -> R) -> Option<R> {
     if !is_ours(fd) {
         return None;
     }
     let _g = LOCK.read();
     let p = SLOTS[fd as usize].load(Ordering::Acquire);
-    if p.is_null() {
-        return None;
-    }
+    (!p.is_null()).then(|| f(p))
+}
+
+pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
     // SAFETY: `p` came from Arc::into_raw and the slot's reference cannot be released while
-    // we hold the read lock.
-    unsafe {
+    // `with_slot` holds the read lock.
+    with_slot(fd, |p| unsafe {
         Arc::increment_strong_count(p);
-        Some(Arc::from_raw(p))
+        Arc::from_raw(p)
+    })
+}
+
+/// The handle of the file `fd` refers to and whether it is a directory, without taking a
+/// reference to its description (a relative path's walk needs no more).
+#[inline]
+pub fn dir_of(fd: c_int) -> Option<(Handle, bool)> {
+    // SAFETY: `with_slot` keeps the description alive.
+    with_slot(fd, |p| unsafe { ((*p).handle, (*p).is_dir) })
+}
+
+/// The path the directory `fd` was opened by, joined with `rel`, in one allocation.
+pub fn path_joined(fd: c_int, rel: &[u8]) -> Option<Vec<u8>> {
+    with_slot(fd, |p| {
+        // SAFETY: `with_slot` keeps the description alive.
+        let dir = unsafe { &(*p).path };
+        let mut v = Vec::with_capacity(dir.len() + 1 + rel.len());
+        v.extend_from_slice(dir);
+        if !v.ends_with(b"/") {
+            v.push(b'/');
+        }
+        v.extend_from_slice(rel);
+        v
+    })
+}
+
+/// Per descriptor of ours: whether its placeholder is known to be close-on-exec (set by
+/// `create` for an O_CLOEXEC open and by F_SETFD; a duplicate or an inherited descriptor
+/// starts without), so that a close can keep it as a spare (`desc::keep_spare`).
+static CLOEXEC: [AtomicU64; MAX_FDS / 64] = [const { AtomicU64::new(0) }; MAX_FDS / 64];
+
+pub fn set_cloexec(fd: c_int, on: bool) {
+    if fd < 0 || fd as usize >= MAX_FDS {
+        return;
     }
+    let (w, bit) = (fd as usize / 64, 1u64 << (fd as usize % 64));
+    if on {
+        CLOEXEC[w].fetch_or(bit, Ordering::AcqRel);
+    } else {
+        CLOEXEC[w].fetch_and(!bit, Ordering::AcqRel);
+    }
+}
+
+/// Whether `fd`'s placeholder is close-on-exec, forgetting it.
+fn take_cloexec(fd: c_int) -> bool {
+    let (w, bit) = (fd as usize / 64, 1u64 << (fd as usize % 64));
+    CLOEXEC[w].fetch_and(!bit, Ordering::AcqRel) & bit != 0
+}
+
+/// Close descriptor `fd` of ours: forget it, and keep its placeholder as a spare for the
+/// next open when it is a close-on-exec /dev/null placeholder (else close it). Returns the
+/// real close's result.
+pub fn close(fd: c_int) -> c_int {
+    let of = remove(fd);
+    let spare = fd >= 0
+        && (fd as usize) < MAX_FDS
+        && take_cloexec(fd)
+        && of.as_ref().is_some_and(|of| !of.is_published());
+    drop(of);
+    if spare && desc::keep_spare(fd) {
+        return 0;
+    }
+    // SAFETY: closing the placeholder descriptor.
+    unsafe { real::close(fd) }
 }
 
 /// Make `fd` refer to `of`; whatever it referred to before is released.
@@ -417,6 +485,7 @@ pub fn install(fd: c_int, of: Arc<OpenFile>) {
     if fd < 0 || fd as usize >= MAX_FDS {
         return;
     }
+    set_cloexec(fd, false);
     END.fetch_max(fd as usize + 1, Ordering::AcqRel);
     let old = {
         let _g = LOCK.write();

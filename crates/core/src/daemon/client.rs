@@ -97,7 +97,9 @@ impl Remote {
         };
         // SAFETY: polling one valid descriptor without waiting.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
-        r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0
+        // POLLNVAL: the program closed the socket (closefrom, close_range): the connection is
+        // lost all the same, and waiting on would hang.
+        r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN | libc::POLLNVAL) != 0
     }
 
     pub fn call(&self, req: &Request) -> Result<Response> {

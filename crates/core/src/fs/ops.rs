@@ -16,10 +16,10 @@ impl Fs {
     /// Split a path for an operation that creates or removes its last component.
     fn parent_for_change<'p>(
         &self,
-        dir: Option<&File>,
+        dir: Option<Handle>,
         path: &'p [u8],
     ) -> Result<(Parent<'p>, Vec<u8>)> {
-        let mut p = self.resolve_parent(base(dir), path)?;
+        let mut p = self.resolve_parent(dir, path)?;
         match p.name.take() {
             Some(n) => Ok((p, n.into_owned())),
             None => Err(Error::EEXIST),
@@ -31,6 +31,13 @@ impl Fs {
     }
 
     pub fn open_at(&self, dir: Option<&File>, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        self.open_from(base(dir), path, opts)
+    }
+
+    /// `open_at` with the directory given by its handle (a front end that keeps its own
+    /// table of open directories, as the shim does); the walk checks that it is still a
+    /// live directory.
+    pub fn open_from(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
         // The inode a path named can be removed by another thread or process before the
         // open reaches the server (ESTALE). Linux resolves and opens atomically: the name
         // is then gone (ENOENT), or, with O_CREAT, created afresh.
@@ -44,13 +51,13 @@ impl Fs {
         }
     }
 
-    fn open_once(&self, dir: Option<&File>, path: &[u8], opts: &OpenOptions) -> Result<File> {
+    fn open_once(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
         let mut opts = *opts;
         if !opts.read && !opts.write {
             opts.read = true;
         }
         let (h, d) = if opts.create {
-            let p = self.resolve_parent(base(dir), path)?;
+            let p = self.resolve_parent(dir, path)?;
             let Some(name) = p.name else {
                 return Err(if opts.excl {
                     Error::EEXIST
@@ -100,7 +107,7 @@ impl Fs {
                             return Err(symlink_not_followed(&opts));
                         }
                         // The name went with the request: resolve it again (a rare race).
-                        let p = self.resolve_parent(base(dir), path)?;
+                        let p = self.resolve_parent(dir, path)?;
                         let name = p.name.ok_or(Error::ENOENT)?;
                         self.open_symlink_target(p.dir, &name, &opts)?
                     } else {
@@ -109,7 +116,7 @@ impl Fs {
                 }
             }
         } else {
-            let (h, d) = self.resolve(base(dir), path, !opts.nofollow)?;
+            let (h, d) = self.resolve(dir, path, !opts.nofollow)?;
             if d.is_symlink() {
                 return Err(symlink_not_followed(&opts));
             }
@@ -192,6 +199,11 @@ impl Fs {
     }
 
     pub fn mkdir_at(&self, dir: Option<&File>, path: &[u8], mode: u32) -> Result<()> {
+        self.mkdir_from(base(dir), path, mode)
+    }
+
+    /// `mkdir_at` with the directory given by its handle.
+    pub fn mkdir_from(&self, dir: Option<Handle>, path: &[u8], mode: u32) -> Result<()> {
         let (p, name) = self.parent_for_change(dir, path)?;
         self.call_entry(Request::Mkdir {
             parent: p.dir,
@@ -212,7 +224,12 @@ impl Fs {
 
     /// unlinkat(2): `dir_flag` selects rmdir semantics (AT_REMOVEDIR).
     pub fn unlink_at(&self, dir: Option<&File>, path: &[u8], dir_flag: bool) -> Result<()> {
-        let p = self.resolve_parent(base(dir), path)?;
+        self.unlink_from(base(dir), path, dir_flag)
+    }
+
+    /// `unlink_at` with the directory given by its handle.
+    pub fn unlink_from(&self, dir: Option<Handle>, path: &[u8], dir_flag: bool) -> Result<()> {
+        let p = self.resolve_parent(dir, path)?;
         let Some(name) = p.name else {
             return Err(if dir_flag {
                 match path.split(|&b| b == b'/').rfind(|c| !c.is_empty()) {
@@ -250,13 +267,25 @@ impl Fs {
         to: &[u8],
         flags: u32,
     ) -> Result<()> {
+        self.rename_from(base(fdir), from, base(tdir), to, flags)
+    }
+
+    /// `rename_at` with the directories given by their handles.
+    pub fn rename_from(
+        &self,
+        fdir: Option<Handle>,
+        from: &[u8],
+        tdir: Option<Handle>,
+        to: &[u8],
+        flags: u32,
+    ) -> Result<()> {
         use crate::request::{RENAME_EXCHANGE, RENAME_NOREPLACE};
         let both = RENAME_EXCHANGE | RENAME_NOREPLACE;
         if flags & !both != 0 || flags & both == both {
             return Err(Error::EINVAL);
         }
-        let f = self.resolve_parent(base(fdir), from)?;
-        let t = self.resolve_parent(base(tdir), to)?;
+        let f = self.resolve_parent(fdir, from)?;
+        let t = self.resolve_parent(tdir, to)?;
         let Some(fname) = f.name else {
             return Err(Error::EBUSY);
         };
@@ -305,7 +334,7 @@ impl Fs {
         follow: bool,
     ) -> Result<()> {
         let (h, _) = self.resolve(base(odir), old, follow)?;
-        let (p, name) = self.parent_for_change(ndir, new)?;
+        let (p, name) = self.parent_for_change(base(ndir), new)?;
         if p.trailing_slash {
             return Err(self.slash_name_error(p.dir, &name)?);
         }
@@ -330,7 +359,7 @@ impl Fs {
         if target.len() >= super::path::PATH_MAX {
             return Err(Error::ENAMETOOLONG);
         }
-        let (p, name) = self.parent_for_change(dir, linkpath)?;
+        let (p, name) = self.parent_for_change(base(dir), linkpath)?;
         if p.trailing_slash {
             return Err(self.slash_name_error(p.dir, &name)?);
         }

@@ -128,12 +128,21 @@ impl Fs {
     /// stat (`follow`) or lstat of `path` from the root, as `staying_inside` walks it:
     /// `Ok(None)` where the path may leave the pool. One walk, no handle to clone.
     pub fn stat_inside(&self, path: &[u8], follow: bool) -> Result<Option<Metadata>> {
-        Ok(
-            match self.walk(None, path, Want::Object { follow }, true)? {
-                Walked::Object(h, d) => Some(Metadata::from_inode(h.ino, &d)),
-                _ => None,
-            },
-        )
+        self.stat_inside_from(None, path, follow)
+    }
+
+    /// `stat_inside` of a path relative to the directory `dir` (the root when None or when
+    /// the path is absolute).
+    pub fn stat_inside_from(
+        &self,
+        dir: Option<Handle>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<Option<Metadata>> {
+        Ok(match self.walk(dir, path, Want::Object { follow }, true)? {
+            Walked::Object(h, d) => Some(Metadata::from_inode(h.ino, &d)),
+            _ => None,
+        })
     }
 
     fn walk_or_leave<'p>(

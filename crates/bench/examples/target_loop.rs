@@ -1,0 +1,92 @@
+//! A tight loop of one operation through the benchmark harness's `Target` trait, the very
+//! calls `engram bench` times, for profilers (`valgrind --tool=callgrind`, `perf record`):
+//! the native API (`EngramTarget`) or, with a directory argument, system calls on that
+//! directory (`mounted_dir`: under the LD_PRELOAD shim, the shim's path). Running both
+//! with the same operation shows what a front end adds per call.
+//!
+//! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR]`, OP one
+//! of create, unlink, rename, stat, read, overwrite, append. Under the shim:
+//! `engram run --pool P -- target/release/examples/target_loop stat 10000 /mnt/engram`.
+
+use engram_bench::targets::engram::EngramTarget;
+use engram_bench::targets::posix::mounted_dir;
+use engram_bench::{Kind, Open, Target, TargetFile};
+use std::path::Path;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let op = args.next().unwrap_or_else(|| "stat".into());
+    let count: u64 = args.next().map_or(Ok(10_000), |c| c.parse())?;
+    let target: Box<dyn Target> = match args.next() {
+        Some(dir) => Box::new(mounted_dir("mounted", Path::new(&dir), Kind::Engram)?),
+        None => Box::new(EngramTarget::native("loop", 2 << 30)?),
+    };
+    let t = &*target;
+    let started = std::time::Instant::now();
+    t.mkdir("/d")?;
+    let name = |i: u64| format!("/d/f{i}");
+    let renamed = |i: u64| format!("/d/r{i}");
+    let page = vec![7u8; 4096];
+    // Setup (not in `timed`, which `--toggle-collect=*timed*` limits callgrind to).
+    let file = match op.as_str() {
+        "create" => None,
+        "unlink" | "rename" => {
+            for i in 0..count {
+                t.create(&name(i))?;
+            }
+            None
+        }
+        "stat" => {
+            for p in ["/d/a", "/d/a/b", "/d/a/b/c"] {
+                t.mkdir(p)?;
+            }
+            t.open("/d/a/b/c/e", Open::CREATE)?.pwrite(b"x", 0)?;
+            None
+        }
+        "read" | "overwrite" => {
+            let f = t.open("/d/big", Open::CREATE)?;
+            for p in 0..256u64 {
+                f.pwrite(&page, p * 4096)?;
+            }
+            Some(f)
+        }
+        "append" => Some(t.open("/d/log", Open::APPEND)?),
+        other => return Err(format!("unknown operation {other}").into()),
+    };
+    let names: Vec<(String, String)> = (0..count).map(|i| (name(i), renamed(i))).collect();
+    let loop_start = std::time::Instant::now();
+    timed(t, file.as_deref(), &op, &names, &page)?;
+    let per_op = loop_start.elapsed().as_secs_f64() * 1e9 / count.max(1) as f64;
+    eprintln!(
+        "{op} on {}: {per_op:.0} ns per operation ({count} in {:.3} s with setup)",
+        t.name(),
+        started.elapsed().as_secs_f64(),
+    );
+    Ok(())
+}
+
+/// The loop that is measured: one operation per name.
+#[inline(never)]
+fn timed(
+    t: &dyn Target,
+    file: Option<&dyn TargetFile>,
+    op: &str,
+    names: &[(String, String)],
+    page: &[u8],
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; page.len()];
+    for (i, (from, to)) in names.iter().enumerate() {
+        let off = (i as u64 * 97 % 256) * 4096;
+        match (op, file) {
+            ("create", _) => t.create(from)?,
+            ("unlink", _) => t.unlink(from)?,
+            ("rename", _) => t.rename(from, to)?,
+            ("stat", _) => drop(t.stat("/d/a/b/c/e")?),
+            ("read", Some(f)) => drop(f.pread(&mut buf, off)?),
+            ("overwrite", Some(f)) => drop(f.pwrite(page, off)?),
+            ("append", Some(f)) => drop(f.append(page)?),
+            _ => unreachable!("set up above"),
+        }
+    }
+    Ok(())
+}
