@@ -26,6 +26,7 @@ pub mod fcntl;
 pub mod io;
 pub mod mmap;
 pub mod open;
+pub mod opguard;
 pub mod ops;
 pub mod paths;
 pub mod printf;
@@ -45,6 +46,7 @@ pub use engram_run::{find_library, run, socket_for};
 /// Runs when the library is loaded (before the program's main).
 extern "C" fn init() {
     let _ = std::panic::catch_unwind(|| {
+        opguard::init();
         route::config();
         route::refresh_real_cwd();
         process::register_fork_handlers();

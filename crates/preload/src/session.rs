@@ -4,7 +4,7 @@
 //! never used or dropped, in the child.
 
 use crate::route::config;
-use crate::util::{ReadGuard, Res, SpinRw, warn};
+use crate::util::{Res, warn};
 use engram_core::{Fs, Options};
 use libc::c_int;
 use std::ptr::null_mut;
@@ -15,12 +15,11 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 /// the parent.
 static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
-/// Held (read side) by every operation on EngramFS; `fork` takes the write side so that no
-/// other thread is inside EngramFS code (holding its locks) when the process is copied.
-static OPS: SpinRw = SpinRw::new();
-
-pub fn op() -> ReadGuard<'static> {
-    OPS.read()
+/// Held by every operation on EngramFS; `fork` waits until no other thread holds it, so
+/// that no thread is inside EngramFS code (holding its locks) when the process is copied.
+#[inline]
+pub fn op() -> crate::opguard::OpGuard {
+    crate::opguard::enter()
 }
 
 pub fn generation() -> u64 {
@@ -28,13 +27,13 @@ pub fn generation() -> u64 {
 }
 
 pub fn before_fork() {
-    OPS.write_lock();
+    crate::opguard::before_fork();
     crate::table::lock_for_fork();
 }
 
 pub fn after_fork_parent() {
     crate::table::unlock_after_fork();
-    OPS.write_unlock();
+    crate::opguard::after_fork_parent();
 }
 
 pub fn after_fork_child() {
@@ -43,7 +42,7 @@ pub fn after_fork_child() {
     FAST.store(null_mut(), Ordering::Release);
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     crate::table::unlock_in_child();
-    OPS.reset_after_fork();
+    crate::opguard::after_fork_child();
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

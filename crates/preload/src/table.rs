@@ -16,7 +16,9 @@ use crate::util::{Res, SpinRw, en};
 use engram_core::{File, Handle, OpenOptions, ReadDir};
 use libc::c_int;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub const MAX_FDS: usize = 1 << 16;
@@ -417,12 +419,70 @@ pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
     })
 }
 
-/// The handle of the file `fd` refers to and whether it is a directory, without taking a
-/// reference to its description (a relative path's walk needs no more).
+/// Per descriptor: the handle of its file and whether it is a directory, readable without
+/// any lock or reference (`dir_of`: every relative path's walk). A sequence number, odd
+/// while the slot changes (under `LOCK`'s write side), tells a reader that raced a change.
+struct Known {
+    seq: AtomicU32,
+    ino: AtomicU64,
+    /// The generation shifted left by one, the low bit set for a directory.
+    gen_dir: AtomicU64,
+}
+
+static KNOWN: [Known; MAX_FDS] = [const {
+    Known {
+        seq: AtomicU32::new(0),
+        ino: AtomicU64::new(0),
+        gen_dir: AtomicU64::new(0),
+    }
+}; MAX_FDS];
+
+/// Swap `fd`'s slot for `new` (the caller holds `LOCK`'s write side), keeping `KNOWN` in step.
+fn swap_slot(fd: usize, new: *mut OpenFile) -> *mut OpenFile {
+    let k = &KNOWN[fd];
+    let s = k.seq.load(Ordering::Relaxed);
+    k.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Release);
+    if !new.is_null() {
+        // SAFETY: `new` is a live description the caller is installing.
+        let (h, dir) = unsafe { ((*new).handle, (*new).is_dir) };
+        k.ino.store(h.ino, Ordering::Relaxed);
+        k.gen_dir.store(
+            u64::from(h.generation) << 1 | u64::from(dir),
+            Ordering::Relaxed,
+        );
+    }
+    let old = SLOTS[fd].swap(new, Ordering::AcqRel);
+    k.seq.store(s.wrapping_add(2), Ordering::Release);
+    old
+}
+
+/// The handle of the file `fd` refers to and whether it is a directory, without a lock or
+/// a reference to its description (a relative path's walk needs no more).
 #[inline]
 pub fn dir_of(fd: c_int) -> Option<(Handle, bool)> {
-    // SAFETY: `with_slot` keeps the description alive.
-    with_slot(fd, |p| unsafe { ((*p).handle, (*p).is_dir) })
+    if !is_ours(fd) {
+        return None;
+    }
+    let k = &KNOWN[fd as usize];
+    loop {
+        let s = k.seq.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let live = !SLOTS[fd as usize].load(Ordering::Acquire).is_null();
+        let ino = k.ino.load(Ordering::Relaxed);
+        let gd = k.gen_dir.load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        if k.seq.load(Ordering::Relaxed) == s {
+            let h = Handle {
+                ino,
+                generation: (gd >> 1) as u32,
+            };
+            return live.then_some((h, gd & 1 != 0));
+        }
+    }
 }
 
 /// The path the directory `fd` was opened by, joined with `rel`, in one allocation.
@@ -489,7 +549,7 @@ pub fn install(fd: c_int, of: Arc<OpenFile>) {
     END.fetch_max(fd as usize + 1, Ordering::AcqRel);
     let old = {
         let _g = LOCK.write();
-        SLOTS[fd as usize].swap(Arc::into_raw(of) as *mut OpenFile, Ordering::AcqRel)
+        swap_slot(fd as usize, Arc::into_raw(of) as *mut OpenFile)
     };
     if !old.is_null() {
         // SAFETY: the slot held this reference.
@@ -504,7 +564,7 @@ pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
     }
     let old = {
         let _g = LOCK.write();
-        SLOTS[fd as usize].swap(null_mut(), Ordering::AcqRel)
+        swap_slot(fd as usize, null_mut())
     };
     // SAFETY: the slot held this reference.
     (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })

@@ -132,7 +132,8 @@ impl SpinRw {
     }
 }
 
-fn backoff(spins: &mut u32) {
+/// Spin a little, then yield, while waiting for another thread.
+pub fn backoff(spins: &mut u32) {
     *spins += 1;
     if *spins < 64 {
         std::hint::spin_loop();

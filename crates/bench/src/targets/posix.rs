@@ -53,20 +53,36 @@ fn cvt_size(r: libc::ssize_t) -> io::Result<usize> {
 }
 
 /// Run `f` with `path` (without its leading '/') as a C string, relative to the target's
-/// directory descriptor. Short paths go through a stack buffer: no allocation per call.
+/// directory descriptor. Short paths are copied into a stack buffer, checked for a NUL on
+/// the way: no allocation and no separate scan per call (the conversion is part of every
+/// target's time, and the shim's calls are short enough for it to show).
 fn with_cpath<R>(path: &str, f: impl FnOnce(&CStr) -> io::Result<R>) -> io::Result<R> {
     let rel = path.trim_start_matches('/');
     let rel = if rel.is_empty() { "." } else { rel };
     let bytes = rel.as_bytes();
-    let mut buf = [0u8; 256];
+    let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 256];
     if bytes.len() < buf.len() {
-        buf[..bytes.len()].copy_from_slice(bytes);
-        let c = CStr::from_bytes_with_nul(&buf[..=bytes.len()])
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let mut nul = false;
+        for (d, &b) in buf.iter_mut().zip(bytes) {
+            d.write(b);
+            nul |= b == 0;
+        }
+        buf[bytes.len()].write(0);
+        if nul {
+            return Err(invalid());
+        }
+        // SAFETY: the first len + 1 bytes were written just above, the last a NUL and no
+        // other (checked).
+        let c = unsafe {
+            CStr::from_bytes_with_nul_unchecked(std::slice::from_raw_parts(
+                buf.as_ptr().cast::<u8>(),
+                bytes.len() + 1,
+            ))
+        };
         f(c)
     } else {
-        let c = std::ffi::CString::new(bytes)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c = std::ffi::CString::new(bytes).map_err(|_| invalid())?;
         f(&c)
     }
 }
