@@ -87,6 +87,25 @@ fn with_cpath<R>(path: &str, f: impl FnOnce(&CStr) -> io::Result<R>) -> io::Resu
     }
 }
 
+/// Remove the scratch directories (`engram-bench-PID-NAME`) that runs killed by a signal
+/// left in `dir`: the signal handler cannot remove a tree, so the next run does, for every
+/// PID that no longer runs.
+fn remove_stale_scratch(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("engram-bench-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dead = !Path::new(&format!("/proc/{pid}")).exists();
+        if dead && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -136,6 +155,7 @@ impl PosixTarget {
 
     /// A fresh directory in `dir` (a tmpfs).
     pub fn tmpfs(name: &str, dir: &Path) -> io::Result<PosixTarget> {
+        remove_stale_scratch(dir);
         let root = dir.join(format!("engram-bench-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir(&root)?;
@@ -422,5 +442,28 @@ impl Target for PosixTarget {
             self.trim();
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_of_dead_runs_is_removed_and_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("engram-stale-test-{}", std::process::id()));
+        // Above the kernel's largest pid_max (2^22): no process has it.
+        let dead = dir.join("engram-bench-4294967-tmpfs-shm");
+        let live = dir.join(format!("engram-bench-{}-tmpfs", std::process::id()));
+        let other = dir.join("unrelated-4294967");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d.join("sub")).unwrap();
+            std::fs::write(d.join("sub/f"), b"x").unwrap();
+        }
+        remove_stale_scratch(&dir);
+        assert!(!dead.exists());
+        assert!(live.join("sub/f").exists());
+        assert!(other.join("sub/f").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
