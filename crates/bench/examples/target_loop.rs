@@ -4,8 +4,9 @@
 //! directory (`mounted_dir`: under the LD_PRELOAD shim, the shim's path). Running both
 //! with the same operation shows what a front end adds per call.
 //!
-//! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR]`, OP one
-//! of create, unlink, rename, stat, read, overwrite, append. Under the shim:
+//! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR|daemon]`, OP
+//! one of create, unlink, rename, stat, read, overwrite, append; `daemon`: the native API
+//! through a daemon this process starts. Under the shim:
 //! `engram run --pool P -- target/release/examples/target_loop stat 10000 /mnt/engram`.
 
 use engram_bench::targets::engram::EngramTarget;
@@ -18,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let op = args.next().unwrap_or_else(|| "stat".into());
     let count: u64 = args.next().map_or(Ok(10_000), |c| c.parse())?;
     let target: Box<dyn Target> = match args.next() {
+        Some(d) if d == "daemon" => Box::new(EngramTarget::daemon("loop", 2 << 30)?),
         Some(dir) => Box::new(mounted_dir("mounted", Path::new(&dir), Kind::Engram)?),
         None => Box::new(EngramTarget::native("loop", 2 << 30)?),
     };
