@@ -124,6 +124,37 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A `Request::CommitWrite` encoded from borrowed parts (a client's write path builds no
+/// request to encode it).
+pub fn encode_commit_write(
+    target: Handle,
+    pages: &[(u64, u64)],
+    end: u64,
+    check: Option<&WriteCheck>,
+    w: &mut Writer,
+) {
+    w.0.reserve(
+        1 + 12 + 4 + pages.len() * 16 + 8 + 1 + check.map_or(0, |c| 4 + c.old_pages.len() * 8 + 16),
+    );
+    w.u8(11);
+    w.handle(target);
+    w.u32(pages.len() as u32);
+    for &(a, b) in pages {
+        w.u64(a);
+        w.u64(b);
+    }
+    w.u64(end);
+    match check {
+        None => w.u8(0),
+        Some(c) => {
+            w.u8(1);
+            w.words(&c.old_pages);
+            w.u64(c.size_seen);
+            w.u64(c.start);
+        }
+    }
+}
+
 pub fn encode_request(r: &Request, w: &mut Writer) {
     match r {
         Request::Create {
@@ -222,25 +253,7 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             pages,
             end,
             check,
-        } => {
-            w.u8(11);
-            w.handle(*target);
-            w.u32(pages.len() as u32);
-            for &(a, b) in pages {
-                w.u64(a);
-                w.u64(b);
-            }
-            w.u64(*end);
-            match check {
-                None => w.u8(0),
-                Some(c) => {
-                    w.u8(1);
-                    w.words(&c.old_pages);
-                    w.u64(c.size_seen);
-                    w.u64(c.start);
-                }
-            }
-        }
+        } => encode_commit_write(*target, pages, *end, check.as_ref(), w),
         Request::Open { target, write } => {
             w.u8(12);
             w.handle(*target);

@@ -7,6 +7,7 @@ use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::request::{Request, Response};
 use crate::wire::{self, Writer};
+use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -103,13 +104,39 @@ impl Remote {
     }
 
     pub fn call(&self, req: &Request) -> Result<Response> {
-        let mut w = Writer::default();
-        wire::encode_request(req, &mut w);
-        wire::decode_reply(&self.call_raw(&w.0)?)
+        self.call_with(|w| wire::encode_request(req, w))
+    }
+
+    /// Encode a request with `encode` into this thread's buffer, send it and decode the
+    /// reply: no allocation per call once the buffers have grown (a nested call, from a
+    /// signal handler say, uses buffers of its own).
+    pub fn call_with(&self, encode: impl FnOnce(&mut Writer)) -> Result<Response> {
+        thread_local! {
+            static BUFS: RefCell<(Writer, Vec<u8>)> =
+                const { RefCell::new((Writer(Vec::new()), Vec::new())) };
+        }
+        let mut encode = Some(encode);
+        let mut go = |(w, reply): &mut (Writer, Vec<u8>)| -> Result<Response> {
+            w.0.clear();
+            (encode.take().expect("one request per call"))(w);
+            self.call_raw_into(&w.0, reply)?;
+            wire::decode_reply(reply)
+        };
+        BUFS.try_with(|b| b.try_borrow_mut().ok().map(|mut b| go(&mut b)))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| go(&mut (Writer(Vec::new()), Vec::new())))
     }
 
     /// Send an encoded request and return the encoded reply (tests send forged bytes).
     pub fn call_raw(&self, payload: &[u8]) -> Result<Vec<u8>> {
+        let mut reply = Vec::new();
+        self.call_raw_into(payload, &mut reply)?;
+        Ok(reply)
+    }
+
+    /// `call_raw` into `reply` (replacing what it held).
+    fn call_raw_into(&self, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
         let slot = self.claim();
         if let Err(e) = slot.put(payload) {
             slot.reset();
@@ -139,9 +166,9 @@ impl Remote {
                 ));
             }
         }
-        let reply = slot.get();
+        slot.get_into(reply);
         slot.reset();
-        Ok(reply)
+        Ok(())
     }
 
     /// A free request slot of this client (threads of one process share the client's slots).

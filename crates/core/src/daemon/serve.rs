@@ -282,7 +282,8 @@ fn run_loop(
     // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
     let mut active: FastSet<ClientId> = FastSet::default();
-    let mut buf = Writer::default();
+    // Reply and request buffers, reused by every request.
+    let mut buf = (Writer::default(), Vec::new());
     loop {
         // Read the wake words before looking at what they announce: a change after this
         // point makes the sleep below return at once.
@@ -399,7 +400,7 @@ fn serve_slots(
     server: &mut Server,
     area: &ClientArea,
     clients: &[Client],
-    buf: &mut Writer,
+    (buf, inbuf): &mut (Writer, Vec<u8>),
     active: &mut FastSet<ClientId>,
     log: &(dyn Fn(&str) + Sync),
 ) -> bool {
@@ -414,7 +415,8 @@ fn serve_slots(
             any = true;
             active.insert(c.id);
             let mut kind = "undecodable request";
-            let result = wire::decode_request(&slot.get()).and_then(|req| {
+            slot.get_into(inbuf);
+            let result = wire::decode_request(inbuf).and_then(|req| {
                 kind = req.kind();
                 server.handle(c.id, &c.creds, req)
             });

@@ -445,17 +445,26 @@ impl<'a> Slot<'a> {
 
     /// Copy the payload out. The length comes from the other side: clamp it, never trust it.
     pub fn get(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.get_into(&mut v);
+        v
+    }
+
+    /// `get` into `out` (replacing what it held), reusing its allocation.
+    pub fn get_into(&self, out: &mut Vec<u8>) {
         let n = (self.len().load(Ordering::Acquire) as usize).min(SLOT_PAYLOAD);
-        let mut v = vec![0u8; n];
-        // SAFETY: `n` is clamped to the payload area inside the region.
+        out.clear();
+        out.reserve(n);
+        // SAFETY: `n` is clamped to the payload area inside the region, and `out` has room
+        // for `n` bytes, all of which are written before the length is set.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.region.base.add(self.off + SLOT_HEADER),
-                v.as_mut_ptr(),
+                out.as_mut_ptr(),
                 n,
-            )
-        };
-        v
+            );
+            out.set_len(n);
+        }
     }
 
     pub fn reset(&self) {

@@ -272,11 +272,8 @@ impl Fs {
             Transport::InProcess(m) => {
                 lock(m).commit_write(IN_PROCESS_CLIENT, target, pages, end, check.as_ref())
             }
-            Transport::Remote(r) => r.call(&Request::CommitWrite {
-                target,
-                pages: pages.to_vec(),
-                end,
-                check,
+            Transport::Remote(r) => r.call_with(|w| {
+                crate::wire::encode_commit_write(target, pages, end, check.as_ref(), w)
             }),
         }
     }
