@@ -66,6 +66,9 @@ struct Owner(Cell<usize>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
+        // A thread-local destructor that runs after this one (a C++ `thread_local` registered
+        // earlier, closing a file) must not use the mark another thread may take next.
+        let _ = MINE.try_with(|c| c.set(usize::MAX));
         if let Some(m) = MARK.get(self.0.get()) {
             m.depth.store(0, Ordering::Relaxed);
             m.taken.store(false, Ordering::Release);
@@ -202,6 +205,34 @@ pub fn after_fork_child() {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    fn taken() -> usize {
+        MARK.iter()
+            .filter(|m| m.taken.load(Ordering::SeqCst))
+            .count()
+    }
+
+    #[test]
+    fn a_thread_gives_its_mark_back_when_it_exits() {
+        init();
+        if MODE.load(Ordering::SeqCst) != 1 {
+            return; // no expedited membarrier here: every thread uses the lock
+        }
+        // More threads, one after another, than there are marks: each takes one and gives
+        // it back (other tests' threads may hold a few meanwhile).
+        for _ in 0..MARKS + 20 {
+            std::thread::spawn(|| {
+                let g = enter();
+                assert!(
+                    matches!(g.0, Held::Mark(_)),
+                    "no mark left for a new thread"
+                );
+            })
+            .join()
+            .unwrap();
+        }
+        assert!(taken() < MARKS / 2, "{} marks still taken", taken());
+    }
 
     #[test]
     fn guards_nest_and_a_fork_waits_for_them() {
