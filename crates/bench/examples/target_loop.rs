@@ -6,7 +6,8 @@
 //!
 //! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR|daemon]`, OP
 //! one of create, unlink, rename, stat, read, overwrite, append; `daemon`: the native API
-//! through a daemon this process starts. Under the shim:
+//! through a daemon this process starts; `ENGRAM_LOOP_PREFILL=N`: the creates go into a
+//! directory that already holds N files (a pool sized for them). Under the shim:
 //! `engram run --pool P -- target/release/examples/target_loop stat 10000 /mnt/engram`.
 
 use engram_bench::targets::engram::EngramTarget;
@@ -23,6 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(dir) => Box::new(mounted_dir("mounted", Path::new(&dir), Kind::Engram)?),
         None => Box::new(EngramTarget::native("loop", 2 << 30)?),
     };
+    let prefill: u64 = std::env::var("ENGRAM_LOOP_PREFILL").map_or(Ok(0), |v| v.parse())?;
+    // A directory of many files gets a pool sized for it, as the scaling rows do.
+    let target = match target.fresh(prefill + count) {
+        Some(fresh) if prefill > 0 => fresh?,
+        _ => target,
+    };
     let t = &*target;
     let started = std::time::Instant::now();
     t.mkdir("/d")?;
@@ -30,8 +37,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let renamed = |i: u64| format!("/d/r{i}");
     let page = vec![7u8; 4096];
     // Setup (not in `timed`, which `--toggle-collect=*timed*` limits callgrind to).
+    // ENGRAM_LOOP_PREFILL=N: the directory holds N other files before a create loop (the
+    // scaling rows' create at 10,000 and at 1,000,000 entries).
     let file = match op.as_str() {
-        "create" => None,
+        "create" => {
+            for i in 0..prefill {
+                t.create(&format!("/d/p{i}"))?;
+            }
+            None
+        }
         "unlink" | "rename" => {
             for i in 0..count {
                 t.create(&name(i))?;
