@@ -7,7 +7,8 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`; the descriptor table is `table`, the
+//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`; the descriptor table is `table` (its
+//! descriptions `openfile`), the operation guard fork waits for `opguard`, the
 //! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
 //!
@@ -26,6 +27,7 @@ pub mod fcntl;
 pub mod io;
 pub mod mmap;
 pub mod open;
+pub mod openfile;
 pub mod opguard;
 pub mod ops;
 pub mod paths;

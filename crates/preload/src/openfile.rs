@@ -1,0 +1,241 @@
+//! An open file description of ours: where its state lives (private memory until another
+//! process could inherit it, then a memfd page: `desc`), the EngramFS file it reads and
+//! writes through, and the lock file that carries its record locks. The descriptor table
+//! (`table`) maps descriptor numbers to these.
+
+use crate::desc::{self, DescState};
+use crate::real;
+use crate::session;
+use crate::util::{Res, en};
+use engram_core::{File, Handle, OpenOptions, ReadDir};
+use libc::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
+use std::sync::{Mutex, RwLock};
+
+pub(crate) struct Bound {
+    pub(crate) epoch: u64,
+    pub(crate) file: File,
+}
+
+/// An open file description of ours.
+pub struct OpenFile {
+    /// The memfd page holding the state once published; null while it is `private`.
+    pub(crate) desc: AtomicPtr<DescState>,
+    /// The state until publication (kept until drop: a thread may still be using it).
+    pub(crate) private: DescState,
+    pub(crate) published: AtomicBool,
+    pub(crate) handle: Handle,
+    pub(crate) path: Vec<u8>,
+    pub(crate) is_dir: bool,
+    pub(crate) bound: RwLock<Option<Bound>>,
+    /// Serialises offset updates (read/write/lseek) of this description in this process.
+    pub pos: Mutex<()>,
+    pub(crate) lock_fd: AtomicI32,
+    /// Directory iteration state: (generation, iterator).
+    pub dir: Mutex<Option<(u64, ReadDir)>>,
+}
+
+// SAFETY: the state is accessed through atomics (and immutable fields written before
+// publication); everything else is Sync.
+unsafe impl Send for OpenFile {}
+// SAFETY: as above.
+unsafe impl Sync for OpenFile {}
+
+/// Drop `v` if it was made in this process, forget it if it belongs to a forked-from parent.
+pub fn release<T>(epoch: u64, v: T) {
+    if epoch == session::generation() {
+        drop(v);
+    } else {
+        std::mem::forget(v);
+    }
+}
+
+impl OpenFile {
+    fn desc(&self) -> &DescState {
+        let p = self.desc.load(Ordering::Acquire);
+        if p.is_null() {
+            return &self.private;
+        }
+        // SAFETY: the page stays mapped until this object is dropped.
+        unsafe { &*p }
+    }
+
+    pub(crate) fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Move the state into a memfd page and make every descriptor in `fds` a duplicate of
+    /// that memfd. On failure the description stays private (usable in this process).
+    pub(crate) fn publish(&self, fds: &[c_int]) -> Res<()> {
+        if self.is_published() {
+            return Ok(());
+        }
+        let (memfd, page) = desc::publish(self.desc(), &self.path)?;
+        for &fd in fds {
+            desc::replace(memfd, fd);
+        }
+        // SAFETY: closing the memfd; the descriptors replaced above keep it alive.
+        unsafe { real::close(memfd) };
+        self.desc.store(page.as_ptr(), Ordering::Release);
+        self.published.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    /// The canonical pool path the file was opened by.
+    pub fn path(&self) -> &[u8] {
+        &self.path
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.is_dir
+    }
+
+    pub fn flags(&self) -> c_int {
+        self.desc().flags.load(Ordering::Acquire) as c_int
+    }
+
+    pub fn readable(&self) -> bool {
+        let a = self.flags() & libc::O_ACCMODE;
+        self.flags() & libc::O_PATH == 0 && (a == libc::O_RDONLY || a == libc::O_RDWR)
+    }
+
+    pub fn writable(&self) -> bool {
+        let a = self.flags() & libc::O_ACCMODE;
+        self.flags() & libc::O_PATH == 0 && (a == libc::O_WRONLY || a == libc::O_RDWR)
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.desc().offset.load(Ordering::Acquire)
+    }
+
+    pub fn set_offset(&self, off: u64) {
+        self.desc().offset.store(off, Ordering::Release);
+    }
+
+    fn options(flags: c_int) -> OpenOptions {
+        let acc = flags & libc::O_ACCMODE;
+        OpenOptions::new()
+            .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+            .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
+            .append(flags & libc::O_APPEND != 0)
+    }
+
+    /// Run `f` with this description's EngramFS file, opening it again by handle if this
+    /// process has none yet (inherited across exec) or its own is the parent's (fork).
+    pub fn with_file<R>(&self, f: impl FnOnce(&File) -> Res<R>) -> Res<R> {
+        let epoch = session::generation();
+        {
+            let g = self.bound.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = g.as_ref()
+                && b.epoch == epoch
+            {
+                return f(&b.file);
+            }
+        }
+        let mut g = self.bound.write().unwrap_or_else(|e| e.into_inner());
+        if g.as_ref().is_none_or(|b| b.epoch != epoch) {
+            if let Some(old) = g.take() {
+                release(old.epoch, old);
+            }
+            let fs = session::fs()?;
+            let file = fs
+                .open_handle(self.handle, &Self::options(self.flags()))
+                .map_err(en)?;
+            *g = Some(Bound { epoch, file });
+        }
+        f(&g.as_ref().expect("bound above").file)
+    }
+
+    /// F_SETFL: the status flags change; O_APPEND needs a file opened for appending.
+    pub fn set_flags(&self, flags: c_int) -> Res<()> {
+        let changeable =
+            libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME | libc::O_ASYNC;
+        let old = self.flags();
+        let new = (old & !changeable) | (flags & changeable);
+        if (old ^ new) & libc::O_APPEND != 0 && !self.is_dir {
+            let fs = session::fs()?;
+            let file = fs
+                .open_handle(self.handle, &Self::options(new))
+                .map_err(en)?;
+            let mut g = self.bound.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(old) = g.take() {
+                release(old.epoch, old);
+            }
+            *g = Some(Bound {
+                epoch: session::generation(),
+                file,
+            });
+        }
+        self.desc().flags.store(new as u32, Ordering::Release);
+        Ok(())
+    }
+
+    /// The descriptor of the per-inode lock file that carries this description's record
+    /// locks and flocks (opened on first use; POSIX and OFD semantics come from the kernel).
+    pub fn lock_fd(&self) -> Res<c_int> {
+        let fd = self.lock_fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let name = format!(
+            "/dev/shm/engram-lock-{:016x}-{}-{}\0",
+            session::pool_id(),
+            self.handle.ino,
+            self.handle.generation
+        );
+        // SAFETY: opening a NUL-terminated path with the real open.
+        let fd = unsafe {
+            real::open(
+                name.as_ptr() as *const libc::c_char,
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                0o666,
+            )
+        };
+        if fd < 0 {
+            return Err(crate::util::errno());
+        }
+        let fd = crate::util::move_high(fd);
+        match self
+            .lock_fd
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(fd),
+            Err(other) => {
+                // SAFETY: closing the descriptor we just opened and did not publish.
+                unsafe { real::close(fd) };
+                Ok(other)
+            }
+        }
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        let b = self
+            .bound
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(b) = b {
+            release(b.epoch, b);
+        }
+        let d = self.dir.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((epoch, rd)) = d {
+            release(epoch, rd);
+        }
+        let fd = self.lock_fd.load(Ordering::Acquire);
+        // SAFETY: unmapping our page and closing our lock descriptor; nothing uses either.
+        unsafe {
+            if fd >= 0 {
+                real::close(fd);
+            }
+            if self.is_published() {
+                desc::unmap(self.desc.load(Ordering::Acquire));
+            }
+        }
+    }
+}
