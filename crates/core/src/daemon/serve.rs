@@ -22,6 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Empty scans of the slots before the daemon sleeps, and how often among them it yields.
+const IDLE_SPINS: u32 = 2000;
+const YIELD_EVERY: u32 = 64;
+
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub socket: PathBuf,
@@ -340,8 +344,15 @@ fn run_loop(
             continue;
         }
         idle_spins += 1;
-        if idle_spins < 2000 {
-            std::hint::spin_loop();
+        if idle_spins < IDLE_SPINS {
+            // Now and then give the processor up: a client that shares this core (a busy
+            // machine, or one with a single core) then runs at once instead of waiting out
+            // the time slice this loop would spin through.
+            if idle_spins.is_multiple_of(YIELD_EVERY) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         idle_spins = 0;
