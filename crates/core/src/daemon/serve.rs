@@ -3,6 +3,7 @@
 //! notices their departure). An idle server sleeps on futexes without a timeout: each
 //! client's doorbell, a control word the watcher rings, and the stop word.
 
+use super::client::SPIN_TIME;
 use super::futex::{self, Waiter};
 use super::shm::{self, ClientArea, Common, REPLY, REQUEST, SLOTS_PER_CLIENT};
 use super::watch;
@@ -22,7 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Empty scans of the slots before the daemon sleeps, and how often among them it yields.
+/// Empty scans of the slots before the daemon sleeps; once it has been idle for
+/// `super::client::SPIN_TIME`, it yields the processor every `YIELD_EVERY` of them (a
+/// client sharing its core then runs; one on another core is back well before).
 const IDLE_SPINS: u32 = 2000;
 const YIELD_EVERY: u32 = 64;
 
@@ -282,6 +285,7 @@ fn run_loop(
     let mut clients: Vec<Client> = Vec::new();
     let mut seen_version = u64::MAX;
     let mut idle_spins = 0u32;
+    let mut idle_since: Option<Instant> = None;
     // Idle means: no client connected, and none that sent a request for `idle_exit` (a
     // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
@@ -341,6 +345,7 @@ fn run_loop(
         };
         if serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) {
             idle_spins = 0;
+            idle_since = None;
             continue;
         }
         idle_spins += 1;
@@ -348,7 +353,9 @@ fn run_loop(
             // Now and then give the processor up: a client that shares this core (a busy
             // machine, or one with a single core) then runs at once instead of waiting out
             // the time slice this loop would spin through.
-            if idle_spins.is_multiple_of(YIELD_EVERY) {
+            if idle_spins.is_multiple_of(YIELD_EVERY)
+                && idle_since.get_or_insert_with(Instant::now).elapsed() >= SPIN_TIME
+            {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -356,6 +363,7 @@ fn run_loop(
             continue;
         }
         idle_spins = 0;
+        idle_since = None;
         // Sleep. Note each doorbell, announce the sleep, and scan once more: a client that
         // posts after the scan sees the announcement and rings, which changes its doorbell
         // (so the wait returns at once) or wakes the wait.
