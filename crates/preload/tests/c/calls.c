@@ -663,6 +663,13 @@ static void at_calls(void) {
     CHECK(fstatat(top, "../../engram/at/y", &st, 0) == 0 && st.st_size == 1);
     CHECK(fstatat(top, "../..", &st, 0) == 0 && S_ISDIR(st.st_mode));
     CHECK(fstatat(top, "../../engram-nothing", &st, 0) == -1 && errno == ENOENT);
+    /* A directory removed while open: nothing can be created in it (ENOENT, as Linux). */
+    CHECK(mkdir(M "/at/gone", 0755) == 0);
+    int gone = open(M "/at/gone", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(gone >= 0 && rmdir(M "/at/gone") == 0);
+    CHECK(openat(gone, "x", O_WRONLY | O_CREAT, 0644) == -1 && errno == ENOENT);
+    CHECK(mkdirat(gone, "y", 0755) == -1 && errno == ENOENT);
+    CHECK(close(gone) == 0);
     /* Errors of the descriptor itself. */
     fd = openat(top, "y", O_RDONLY);
     CHECK(fd >= 0);
