@@ -1,9 +1,9 @@
 //! open/openat/creat (and the fortified `__open_2` forms), close, dup, dup2, dup3,
 //! close_range and closefrom.
 
-use crate::ops::{Side, side};
+use crate::ops::{Side, side, staying};
 use crate::route::Route;
-use crate::session::{self, op};
+use crate::session::op;
 use crate::table;
 use crate::util::{Res, cstring, en, errno, guard};
 use crate::{real, routed};
@@ -27,16 +27,7 @@ fn options(flags: c_int, mode: u32) -> OpenOptions {
     opts
 }
 
-fn install(file: engram_core::File, path: &[u8], is_dir: bool, flags: c_int) -> Res<c_int> {
-    install_owned(file, path.to_vec(), is_dir, flags)
-}
-
-fn install_owned(
-    file: engram_core::File,
-    mut p: Vec<u8>,
-    is_dir: bool,
-    flags: c_int,
-) -> Res<c_int> {
+fn install(file: engram_core::File, mut p: Vec<u8>, is_dir: bool, flags: c_int) -> Res<c_int> {
     while p.len() > 1 && p.ends_with(b"/") {
         p.pop();
     }
@@ -51,7 +42,7 @@ pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> 
     // The descriptor reads by offset; appending is the file's own mode.
     let file = fs.open_file(path, &options(flags, mode)).map_err(en)?;
     let is_dir = file.metadata().map_err(en)?.is_dir();
-    install(file, path, is_dir, flags)
+    install(file, path.to_vec(), is_dir, flags)
 }
 
 /// Open a routed, unresolved pool path with one walk of the pool when the process would
@@ -64,11 +55,8 @@ fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
     let Some((dir, raw)) = r.start() else {
         return Ok(None);
     };
-    let fs = session::fs_inside()?;
-    let file = match fs.open_from(dir, raw, &options(flags, mode)) {
-        Ok(f) => f,
-        Err(e) if e.leaves_pool() => return Ok(None),
-        Err(e) => return Err(en(e)),
+    let Some(file) = staying(|fs| fs.open_from(dir, raw, &options(flags, mode)))? else {
+        return Ok(None);
     };
     // O_CREAT|O_EXCL succeeded: a new regular file, no need to look.
     let created = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
@@ -79,7 +67,7 @@ fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
         Route::At { fd, rel, .. } => table::path_joined(*fd, rel).ok_or(libc::EBADF)?,
         _ => raw.to_vec(),
     };
-    install_owned(file, path, false, flags).map(Some)
+    install(file, path, false, flags).map(Some)
 }
 
 /// The body of every open call once the path is known to be ours.

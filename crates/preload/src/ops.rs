@@ -81,7 +81,13 @@ pub fn inside<T>(
     let Some((dir, path)) = r.as_ref().ok().and_then(Route::start) else {
         return Ok(None);
     };
-    match f(session::fs_inside()?, dir, path) {
+    staying(|fs| f(fs, dir, path))
+}
+
+/// Run `f` on the pool view that stays inside it: `Ok(None)` where a path it walked may
+/// leave the pool (the caller then resolves the path itself).
+pub fn staying<T>(f: impl FnOnce(&Fs) -> engram_core::Result<T>) -> Res<Option<T>> {
+    match f(session::fs_inside()?) {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.leaves_pool() => Ok(None),
         Err(e) => Err(e.errno()),

@@ -2,9 +2,9 @@
 //! truncate, mknod. A rename or link from one side of the mount prefix to the other is
 //! EXDEV, as between two file systems.
 
-use crate::ops::{Side, inside, ok, real_ret, side};
+use crate::ops::{Side, inside, ok, real_ret, side, staying};
 use crate::route::{Route, route};
-use crate::session::{self, op};
+use crate::session::op;
 use crate::util::{Res, cbytes, en, guard};
 use crate::{real, routed};
 use engram_core::Handle;
@@ -69,12 +69,9 @@ fn two(
         let _op = op();
         if let (Some(fast), Ok(a), Ok(b)) = (fast, &r1, &r2)
             && let (Some(a), Some(b)) = (a.start(), b.start())
+            && let Some(()) = staying(|fs| fast(fs, (a, b)))?
         {
-            match fast(session::fs_inside()?, (a, b)) {
-                Ok(()) => return Ok(0),
-                Err(e) if e.leaves_pool() => {}
-                Err(e) => return Err(e.errno()),
-            }
+            return Ok(0);
         }
         let a = Any::of(fd1, p1, r1, follow1)?;
         let b = Any::of(fd2, p2, r2, false)?;
