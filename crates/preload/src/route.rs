@@ -296,7 +296,7 @@ pub enum Route<'a> {
     /// whose handle is `dir`. The pool walks it from that directory; only where the walk
     /// would leave the pool is it joined to the directory's path (`joined`).
     At {
-        dir: Handle,
+        dir: table::DirRef,
         fd: c_int,
         rel: &'a [u8],
     },
@@ -308,7 +308,7 @@ impl<'a> Route<'a> {
         match self {
             Route::Pass => None,
             Route::Ours(raw) => Some((None, raw)),
-            Route::At { dir, rel, .. } => Some((Some(*dir), rel)),
+            Route::At { dir, rel, .. } => Some((Some(dir.handle()), rel)),
         }
     }
 
