@@ -7,7 +7,8 @@
 //! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR|daemon]`, OP
 //! one of create, unlink, rename, stat, read, overwrite, append; `daemon`: the native API
 //! through a daemon this process starts; `ENGRAM_LOOP_PREFILL=N`: the creates go into a
-//! directory that already holds N files (a pool sized for them). Under the shim:
+//! directory that already holds N files (a pool sized for them). The pools go where the
+//! bench puts its own (`ENGRAM_BENCH_POOL_DIR` to choose). Under the shim:
 //! `engram run --pool P -- target/release/examples/target_loop stat 10000 /mnt/engram`.
 
 use engram_bench::targets::engram::EngramTarget;
@@ -19,6 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let op = args.next().unwrap_or_else(|| "stat".into());
     let count: u64 = args.next().map_or(Ok(10_000), |c| c.parse())?;
+    // The pools where `engram bench` puts them (a huge-page tmpfs mounted for the run, when
+    // this runs as root): the same pages, TLB reach and first-touch costs as the bench.
+    let _pools = engram_bench::PoolDir::acquire();
     let target: Box<dyn Target> = match args.next() {
         Some(d) if d == "daemon" => Box::new(EngramTarget::daemon("loop", 2 << 30)?),
         Some(dir) => Box::new(mounted_dir("mounted", Path::new(&dir), Kind::Engram)?),
@@ -75,15 +79,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "create" | "unlink" | "rename" => (0..count).map(|i| (name(i), renamed(i))).collect(),
         _ => Vec::new(),
     };
+    let faults_before = minor_faults();
     let loop_start = std::time::Instant::now();
     timed(t, file.as_deref(), &op, count, &names, &page)?;
     let per_op = loop_start.elapsed().as_secs_f64() * 1e9 / count.max(1) as f64;
+    let faults = minor_faults() - faults_before;
     eprintln!(
-        "{op} on {}: {per_op:.0} ns per operation ({count} in {:.3} s with setup)",
+        "{op} on {}: {per_op:.0} ns per operation ({count} in {:.3} s with setup; \
+         {faults} page faults in the loop)",
         t.name(),
         started.elapsed().as_secs_f64(),
     );
     Ok(())
+}
+
+/// Page faults (minor: first touches of pool pages) of this process so far.
+fn minor_faults() -> i64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills `u` on success.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) } != 0 {
+        return 0;
+    }
+    // SAFETY: initialised by the successful call above.
+    unsafe { u.assume_init() }.ru_minflt
 }
 
 /// The loop that is measured: one operation per name.

@@ -23,6 +23,7 @@ pub mod targets;
 
 pub use apps::AppScale;
 pub use clients::client_worker;
+pub use pools::PoolDir;
 pub use report::{Report, Row, Unit};
 pub use targets::{Kind, Open, Target, TargetFile};
 
