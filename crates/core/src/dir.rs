@@ -553,8 +553,7 @@ pub fn stage_entry(pool: &Pool, leaf: u64, slot: u64, name: &[u8], ino: u64, fty
     let mut buf = [0u8; MAX_ENTRY_LINES * 64];
     let lines = &mut buf[..(k * 64) as usize];
     encode_dentry(hash, ino, ftype, name, lines);
-    pool.write(leaf + slot * 64, lines);
-    pool.flush(leaf + slot * 64, k * 64);
+    pool.write_lines_nt(leaf + slot * 64, lines);
     Entry::short(leaf + slot - 1, &fp_run(hash, k)[..k as usize])
 }
 

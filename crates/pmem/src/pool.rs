@@ -574,6 +574,26 @@ impl Pool {
         self.record_lines(off, len);
     }
 
+    /// Whole cache lines (`off` and the length multiples of 64) written with non-temporal
+    /// stores whatever their number, durable after the next [`Pool::fence`]: a line
+    /// written whole need not be read first, which an ordinary store does when the line is
+    /// not cached (a directory entry's line in a large directory). Anything else goes
+    /// through `copy_nt`.
+    #[track_caller]
+    pub fn write_lines_nt(&self, off: u64, data: &[u8]) {
+        let len = data.len() as u64;
+        self.check(off, len, "write_lines_nt");
+        if !off.is_multiple_of(CACHE_LINE)
+            || !len.is_multiple_of(CACHE_LINE)
+            || len == 0
+            || self.overlaps(off, data)
+        {
+            self.copy_nt(off, data);
+            return;
+        }
+        self.stream_in(off, data);
+    }
+
     /// Bulk copy with non-temporal stores; durable after the next
     /// [`Pool::fence`]. Short copies (< 256 bytes) use `write` + `flush`.
     #[track_caller]

@@ -470,3 +470,33 @@ fn recording_captures_events_in_order() {
     assert_eq!(rec.base, pool.slice(0, 4096));
     assert!(rec.events.is_empty());
 }
+
+#[test]
+fn write_lines_nt_writes_whole_lines_and_records_each_for_the_next_fence() {
+    let pool = Pool::from_image(&pattern(8192, 7)).unwrap();
+    let before = pool.slice(0, 8192).to_vec();
+    pool.start_recording();
+    pool.write_lines_nt(128, &[1; 64]); // one line, below copy_nt's streaming threshold
+    pool.write_lines_nt(1024, &[2; 192]); // three lines
+    pool.write_lines_nt(3000, &[3; 70]); // not line-aligned: copy_nt's path
+    pool.fence();
+    let rec = pool.stop_recording().unwrap();
+    let lines: Vec<u64> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Flush { line, .. } => Some(*line),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lines, [128, 1024, 1088, 1152, 2944, 3008]);
+    assert!(matches!(rec.events.last(), Some(Event::Fence)));
+    let mut want = before.clone();
+    want[128..192].fill(1);
+    want[1024..1216].fill(2);
+    want[3000..3070].fill(3);
+    assert_eq!(pool.slice(0, 8192), &want[..]);
+    assert_eq!(rec.durable_image_at(rec.events.len()), want);
+    // Before the fence nothing of it is durable.
+    assert_eq!(rec.durable_image_at(rec.events.len() - 1), before);
+}
