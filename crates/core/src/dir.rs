@@ -545,8 +545,9 @@ fn space_in(
     Ok(Space::Full(find_leaf(pool, geo, root, hash, true)?))
 }
 
-/// Write an unpublished dentry into free slots of a reachable leaf (flushed, not fenced) and
-/// return the logged store that publishes it.
+/// Write an unpublished dentry into free slots of a reachable leaf (streamed, not fenced:
+/// the caller fences before it publishes the entry) and return the logged store that
+/// publishes it.
 pub fn stage_entry(pool: &Pool, leaf: u64, slot: u64, name: &[u8], ino: u64, ftype: u8) -> Entry {
     let hash = name_hash(name);
     let k = slots_for(name.len());
@@ -762,6 +763,8 @@ mod tests {
                 break;
             }
             let e = stage_entry(&pool, leaf, slot, &name, 100 + i, 8);
+            // The entry's line before its publication (stage_entry's contract).
+            pool.fence();
             e.apply(&pool);
             slot += slots_for(name.len());
             i += 1;

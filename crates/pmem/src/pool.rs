@@ -575,10 +575,13 @@ impl Pool {
     }
 
     /// Whole cache lines (`off` and the length multiples of 64) written with non-temporal
-    /// stores whatever their number, durable after the next [`Pool::fence`]: a line
-    /// written whole need not be read first, which an ordinary store does when the line is
-    /// not cached (a directory entry's line in a large directory). Anything else goes
-    /// through `copy_nt`.
+    /// stores whatever their number: a line written whole need not be read first, which an
+    /// ordinary store does when the line is not cached (a directory entry's line in a large
+    /// directory). Unlike `copy_nt` there is no `sfence` of its own: the next
+    /// [`Pool::fence`] orders the stores and makes them durable, and nothing may read the
+    /// lines or publish them before that fence (for unpublished structures, whose
+    /// publication comes after one anyway; two fences in a row wait for the stores twice).
+    /// Anything not line-aligned goes through `copy_nt`.
     #[track_caller]
     pub fn write_lines_nt(&self, off: u64, data: &[u8]) {
         let len = data.len() as u64;
@@ -591,7 +594,13 @@ impl Pool {
             self.copy_nt(off, data);
             return;
         }
-        self.stream_in(off, data);
+        // SAFETY: in bounds (checked); the mapping is page aligned, so a 64-aligned offset
+        // is a 64-aligned address; `data` does not overlap the range (checked).
+        unsafe { flush::stream_copy(self.at(off), data.as_ptr(), data.len()) };
+        if self.media == Media::File {
+            self.dirty.add(off, len);
+        }
+        self.record_lines(off, len);
     }
 
     /// Bulk copy with non-temporal stores; durable after the next
