@@ -220,40 +220,74 @@ impl Entry {
     }
 }
 
-/// Apply every entry of a record in place (flushed, not fenced).
+/// Lines a record's in-place stores changed and that are not yet written back, as up to four
+/// runs of whole lines `[start, end)`.
 ///
-/// Each cache line is written back once, after the record's last store to it, instead of
-/// once per entry: an append's size, block count and times share the inode's line. No fence
-/// separates the entries, so one write-back of the line's final contents persists what the
-/// several did; every line stored to is still written back before this returns.
-pub fn apply_all(pool: &Pool, entries: &[Entry]) {
-    const LINE: u64 = CACHE_LINE - 1;
-    // Runs of whole lines `[start, end)` stored to and not yet written back.
-    let mut runs = [(0u64, 0u64); 4];
-    let mut n = 0;
-    'entries: for e in entries {
-        let (off, len) = e.store(pool);
-        if len == 0 {
-            continue;
+/// The server keeps the last record's runs and writes them back just before the next
+/// record's fence (or at a durability point: checkpoint, fsync, unmount), instead of right
+/// after the stores. The log makes the stores redundant until a checkpoint moves the head
+/// past their record, so they need not be durable sooner; written back at once, the first
+/// locked instruction after them (the epoch's tag, the server's lock) waited for the
+/// write-backs to finish: a third of a 4 KiB overwrite. Deferred, they drain during the
+/// next operation, overlapped with its own record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unflushed {
+    runs: [(u64, u64); 4],
+    n: usize,
+}
+
+impl Unflushed {
+    /// The runs, as `[start, end)` byte ranges of whole lines.
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.runs[..self.n]
+    }
+
+    /// Write the lines back (not fenced) and forget them.
+    pub fn flush(&mut self, pool: &Pool) {
+        for &(start, end) in &self.runs[..self.n] {
+            pool.flush(start, end - start);
         }
+        self.n = 0;
+    }
+
+    /// Add the lines of `[off, off + len)`; a range that fits in no run (all four taken by
+    /// other lines) is written back at once.
+    fn add(&mut self, pool: &Pool, off: u64, len: u64) {
+        const LINE: u64 = CACHE_LINE - 1;
         let (start, end) = (off & !LINE, (off + len + LINE) & !LINE);
-        for run in &mut runs[..n] {
+        for run in &mut self.runs[..self.n] {
             // Overlapping or touching: one run (never a line that was not stored to).
             if start <= run.1 && run.0 <= end {
                 *run = (run.0.min(start), run.1.max(end));
-                continue 'entries;
+                return;
             }
         }
-        if let Some(run) = runs.get_mut(n) {
+        if let Some(run) = self.runs.get_mut(self.n) {
             *run = (start, end);
-            n += 1;
+            self.n += 1;
         } else {
             pool.flush(off, len);
         }
     }
-    for &(start, end) in &runs[..n] {
-        pool.flush(start, end - start);
+}
+
+/// Apply every entry of a record in place, not written back: the lines it stored to are
+/// returned, for the caller to write back before its next fence (replay does at once).
+///
+/// Each cache line is written back once, after the record's last store to it, instead of
+/// once per entry: an append's size, block count and times share the inode's line. No fence
+/// separates the entries, so one write-back of the line's final contents persists what the
+/// several did.
+#[must_use = "the lines stored to must be written back before the record's stores are relied on"]
+pub fn apply_all(pool: &Pool, entries: &[Entry]) -> Unflushed {
+    let mut lines = Unflushed::default();
+    for e in entries {
+        let (off, len) = e.store(pool);
+        if len != 0 {
+            lines.add(pool, off, len);
+        }
     }
+    lines
 }
 
 /// The log writer: where the next record goes and how much space the records since the last
@@ -438,7 +472,7 @@ mod tests {
         entries.extend((0..10).map(|i| Entry::set64(0x8000 + i * 0x400, i)));
         entries.extend([Entry::set64(0x8000, 98), Entry::set64(0x9000, 99)]);
         pool.start_recording();
-        apply_all(&pool, &entries);
+        apply_all(&pool, &entries).flush(&pool);
         let rec = pool.stop_recording().unwrap();
         let mut last = std::collections::HashMap::new();
         let mut lines: Vec<u64> = rec

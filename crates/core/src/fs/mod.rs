@@ -206,6 +206,17 @@ impl Fs {
         &self.core.pool
     }
 
+    /// Byte ranges of the pool the last committed record stored to in place and the server
+    /// has not written back yet (they go with the next record's fence: `oplog::Unflushed`).
+    /// In-process only (empty through the daemon); the crash harness checks that nothing
+    /// else is left unflushed after an operation.
+    pub fn write_back_pending(&self) -> Vec<(u64, u64)> {
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).write_back_pending(),
+            Transport::Remote(_) => Vec::new(),
+        }
+    }
+
     pub fn mount_info(&self) -> &MountInfo {
         &self.core.info
     }

@@ -35,7 +35,7 @@ struct Found {
 pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
     let (records, end) = scan(pool, geo, head)?;
     for entries in &records {
-        apply_all(pool, entries);
+        apply_all(pool, entries).flush(pool);
     }
     pool.fence();
     Ok(Replayed {

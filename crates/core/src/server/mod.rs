@@ -76,6 +76,9 @@ pub struct Server {
     /// is durable is then unknown, so the pool takes no more changes until it is reopened
     /// (like ext4's `errors=remount-ro`).
     failed: Option<String>,
+    /// The last record's in-place stores, written back before the next fence
+    /// (`oplog::Unflushed`).
+    unflushed: oplog::Unflushed,
     /// Buffers reused across requests (see `take_bufs`).
     spare_entries: Vec<Entry>,
     spare_items: Vec<Item>,
@@ -110,9 +113,15 @@ impl Server {
             reclaim_at: RECLAIM_BATCH,
             closed: false,
             failed: None,
+            unflushed: oplog::Unflushed::default(),
             spare_entries: Vec::with_capacity(16),
             spare_items: Vec::with_capacity(8),
         }
+    }
+
+    /// See `Fs::write_back_pending`.
+    pub fn write_back_pending(&self) -> Vec<(u64, u64)> {
+        self.unflushed.ranges().to_vec()
     }
 
     /// Log activity since the pool was opened.
@@ -258,6 +267,9 @@ impl Server {
 
     /// A durability point: fence, then EIO if that or any fence since the last check failed.
     pub(crate) fn sync_point(&mut self, what: &str) -> Result<()> {
+        // In-place stores are durable at every durability point (a checkpoint relies on
+        // it).
+        self.unflushed.flush(&self.pool);
         if let Err(e) = self.pool.sync_point() {
             self.fail(what, &e);
         }
@@ -276,6 +288,8 @@ impl Server {
             self.checkpoint()?;
         }
         self.check_synced("persisting new structures")?;
+        // The last record's in-place stores drain with this record, under its fence.
+        self.unflushed.flush(&self.pool);
         self.log.append(&self.pool, entries, len)?;
         self.check_synced("a log append")?;
         // The inodes touched, sorted so that concurrent readers always see the counters
@@ -294,7 +308,7 @@ impl Server {
         for k in (0..touched.len()).filter(|&k| distinct(k)) {
             self.shared.seqs.write_begin(touched[k]);
         }
-        oplog::apply_all(&self.pool, entries);
+        self.unflushed = oplog::apply_all(&self.pool, entries);
         for k in (0..touched.len()).filter(|&k| distinct(k)) {
             self.shared.seqs.write_end(touched[k]);
         }
