@@ -117,6 +117,37 @@ fn failed_msync_of_a_metadata_change_is_eio_and_nothing_is_committed() {
 }
 
 #[test]
+fn failed_write_back_of_the_last_operations_stores_fails_the_next_before_its_record() {
+    let Some((p, fs)) = file_pool("msync-prev", 8 * MIB) else {
+        return;
+    };
+    // "/first" gets an inode in the inode table's first page, "/last" and what follows in
+    // the second (32 inodes a page).
+    fs.mkdir("/first", 0o755).unwrap();
+    for i in 0..40 {
+        fs.mkdir(format!("/pad{i}"), 0o755).unwrap();
+    }
+    fs.mkdir("/last", 0o755).unwrap();
+    fs.write_file("/first/a", b"a").unwrap();
+    // The unlink's in-place stores (among them /first's size and times, in the first page)
+    // are written back with the next record (architecture.md item 18). The disk fails that
+    // page only: the create in /last, whose own new structures are elsewhere, must fail
+    // before its record is written. (Had its record been written and the error reported
+    // after it, the create would undo its new inode while the record publishes its name.)
+    fs.unlink("/first/a").unwrap();
+    let inode_table = fs.mount_info().geometry.inode_off;
+    fs.pool().inject_sync_failure_at(Some(EIO), inode_table);
+    assert_errno(fs.write_file("/last/b", b"b"), EIO);
+    fs.pool().inject_sync_failure(None);
+    assert_errno(fs.unmount(), EIO);
+    let fs = p.open();
+    assert!(!fs.mount_info().was_clean);
+    assert!(fs.stat("/first/a").is_err());
+    assert!(fs.stat("/last/b").is_err());
+    assert_clean(&fs);
+}
+
+#[test]
 fn failed_msync_of_file_data_is_eio_from_the_write_and_from_fsync() {
     let Some((p, fs)) = file_pool("msync-data", 8 * MIB) else {
         return;

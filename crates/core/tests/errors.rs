@@ -651,3 +651,25 @@ fn fsck_reports_and_repairs_a_damaged_superblock_copy() {
     assert_clean(&fs);
     assert_eq!(fs.read_file("/f").unwrap(), b"data");
 }
+
+#[test]
+fn entry_naming_a_free_inode_is_an_error_not_an_endless_walk() {
+    let p = PoolFile::new("free-ino");
+    let fs = p.mkfs_open(8 << 20);
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.write_file("/d/x", b"x").unwrap();
+    let ino = fs.stat("/d/x").unwrap().ino;
+    let at = fs.mount_info().geometry.inode_addr(ino) + engram_core::inode::field::MODE;
+    fs.unmount().unwrap();
+    // The damage: the inode marked free, its directory entry left in place (a clean pool,
+    // so it opens without recovery looking at the tree).
+    scribble(&p, at, &0u32.to_le_bytes());
+    let fs = p.open();
+    for path in ["/d/x", "/d/x/", "/d/x/y"] {
+        let e = fs.stat(path).unwrap_err();
+        assert_eq!(e.errno(), EUCLEAN, "{path}: {e}");
+        assert!(msg(&e).contains("free"), "{path}: {e}");
+    }
+    // The rest of the pool still reads.
+    assert!(fs.stat("/d").unwrap().is_dir());
+}

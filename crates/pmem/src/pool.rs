@@ -510,7 +510,14 @@ impl Pool {
     /// which never call `msync`.
     #[doc(hidden)]
     pub fn inject_sync_failure(&self, errno: Option<i32>) {
-        self.dirty.set_fault(errno);
+        self.dirty.set_fault(errno, None);
+    }
+
+    /// Test hook: as `inject_sync_failure`, for the `msync` of the page holding pool offset
+    /// `off` only (a disk that fails one block).
+    #[doc(hidden)]
+    pub fn inject_sync_failure_at(&self, errno: Option<i32>, off: u64) {
+        self.dirty.set_fault(errno, Some(off));
     }
 
     /// Page ranges awaiting `msync` (ordinary files only).

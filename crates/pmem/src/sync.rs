@@ -2,7 +2,7 @@
 //! fence and `msync` them at the fence.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::map::PAGE;
@@ -22,8 +22,11 @@ pub(crate) struct DirtyPages {
     /// Whether `error` holds one: every durability point asks, and almost always the
     /// answer is no, which one load gives without taking the lock.
     has_error: AtomicBool,
-    /// Test hook: when non-zero, every sync of a non-empty set of ranges fails with this errno.
+    /// Test hook: when non-zero, every sync of a non-empty set of ranges fails with this errno
+    /// (only of ranges holding `fault_page`, when that is set).
     fault: AtomicI32,
+    /// Test hook: the pool offset of the one page whose sync fails (u64::MAX: any page).
+    fault_page: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,7 +89,9 @@ impl DirtyPages {
                 result = Err(io::Error::last_os_error());
             }
             let fault = self.fault.load(Ordering::Relaxed);
-            if fault != 0 && result.is_ok() {
+            let page = self.fault_page.load(Ordering::Relaxed);
+            let hit = page == u64::MAX || (start..end).contains(&page);
+            if fault != 0 && hit && result.is_ok() {
                 result = Err(io::Error::from_raw_os_error(fault));
             }
         }
@@ -103,7 +108,11 @@ impl DirtyPages {
         result
     }
 
-    pub(crate) fn set_fault(&self, errno: Option<i32>) {
+    /// Fail every sync with `errno` (None: none), or only syncs of the page at pool offset
+    /// `page`.
+    pub(crate) fn set_fault(&self, errno: Option<i32>, page: Option<u64>) {
+        let page = page.map_or(u64::MAX, |p| p / PAGE * PAGE);
+        self.fault_page.store(page, Ordering::Relaxed);
         self.fault.store(errno.unwrap_or(0), Ordering::Relaxed);
     }
 

@@ -287,9 +287,16 @@ impl Server {
         if self.log.needs_checkpoint(len) {
             self.checkpoint()?;
         }
-        self.check_synced("persisting new structures")?;
-        // The last record's in-place stores drain with this record, under its fence.
+        // The last record's in-place stores drain with this record, under its fence. On an
+        // ordinary file that fence is an `msync`, and a failure to write back what came
+        // before would be reported only once this record may be durable, too late to undo
+        // its operation: there everything before the record is synced and checked first.
         self.unflushed.flush(&self.pool);
+        if self.pool.media() == engram_pmem::Media::File {
+            self.sync_point("persisting new structures")?;
+        } else {
+            self.check_synced("persisting new structures")?;
+        }
         self.log.append(&self.pool, entries, len)?;
         self.check_synced("a log append")?;
         // The inodes touched, sorted so that concurrent readers always see the counters

@@ -46,6 +46,10 @@ impl At {
     }
 }
 
+/// Lookups a walk redoes after finding a free or reused inode before it calls the pool
+/// damaged (`walk_uncached`).
+const MAX_REDONE: u32 = 1000;
+
 /// What one step of a walk found.
 enum Step {
     /// The component names this inode.
@@ -326,6 +330,10 @@ impl Fs {
         // component looked up there, to redo the lookup if `cur` turns out stale.
         let mut from: Option<(At, Range<usize>)> = None;
         let mut links = 0u32;
+        // Lookups redone because the inode found was gone: a race with an unlink ends after
+        // one or two, so this many means an entry that names a free inode in a damaged pool
+        // (which would otherwise be looked up again forever).
+        let mut redone = 0u32;
         let mut pos = 0;
         loop {
             let comp = next_comp(&buf, pos);
@@ -409,12 +417,24 @@ impl Fs {
                     Error::ENOENT
                 });
             };
+            let redo = |redone: &mut u32| {
+                *redone += 1;
+                if *redone > MAX_REDONE {
+                    return Err(Error::corrupt(format!(
+                        "directory {} names inode {}, which is free",
+                        dir.ino, cur.ino
+                    )));
+                }
+                Ok(())
+            };
             let Some(rest) = link_rest else {
+                redo(&mut redone)?;
                 cur = dir;
                 pos = c.start;
                 continue;
             };
             let Some(mut target) = self.link_target(cur)? else {
+                redo(&mut redone)?;
                 cur = dir;
                 pos = c.start;
                 continue;
