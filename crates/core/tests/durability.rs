@@ -136,7 +136,8 @@ fn failed_write_back_of_the_last_operations_stores_fails_the_next_before_its_rec
     // after it, the create would undo its new inode while the record publishes its name.)
     fs.unlink("/first/a").unwrap();
     let inode_table = fs.mount_info().geometry.inode_off;
-    fs.pool().inject_sync_failure_at(Some(EIO), inode_table);
+    fs.pool()
+        .inject_sync_failure_at(Some(EIO), inode_table, 4096);
     assert_errno(fs.write_file("/last/b", b"b"), EIO);
     fs.pool().inject_sync_failure(None);
     assert_errno(fs.unmount(), EIO);
@@ -144,6 +145,30 @@ fn failed_write_back_of_the_last_operations_stores_fails_the_next_before_its_rec
     assert!(!fs.mount_info().was_clean);
     assert!(fs.stat("/first/a").is_err());
     assert!(fs.stat("/last/b").is_err());
+    assert_clean(&fs);
+}
+
+#[test]
+fn failed_write_back_of_a_create_record_leaves_a_consistent_pool_either_way() {
+    let Some((p, fs)) = file_pool("msync-record", 8 * MIB) else {
+        return;
+    };
+    fs.mkdir("/d", 0o755).unwrap();
+    // Only the log's pages fail: the create's new inode and entry are written back, its
+    // record reaches the file but is reported as failed, so the create returns EIO
+    // without being able to say whether it happened.
+    let g = fs.mount_info().geometry;
+    fs.pool()
+        .inject_sync_failure_at(Some(EIO), g.log_off, g.log_len);
+    assert_errno(fs.write_file("/d/new", b"x"), EIO);
+    fs.pool().inject_sync_failure(None);
+    assert_errno(fs.unmount(), EIO);
+    // After the reopen the record is replayed: the file exists, empty (its data never
+    // committed), and its name leads to a live inode.
+    let fs = p.open();
+    assert!(!fs.mount_info().was_clean);
+    let m = fs.stat("/d/new").unwrap();
+    assert_eq!(m.size, 0);
     assert_clean(&fs);
 }
 

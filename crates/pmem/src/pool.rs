@@ -510,14 +510,14 @@ impl Pool {
     /// which never call `msync`.
     #[doc(hidden)]
     pub fn inject_sync_failure(&self, errno: Option<i32>) {
-        self.dirty.set_fault(errno, None);
+        self.dirty.set_fault(errno, (0, u64::MAX));
     }
 
-    /// Test hook: as `inject_sync_failure`, for the `msync` of the page holding pool offset
-    /// `off` only (a disk that fails one block).
+    /// Test hook: as `inject_sync_failure`, for the `msync` of pages overlapping the pool
+    /// range `[off, off + len)` only (a disk that fails some blocks).
     #[doc(hidden)]
-    pub fn inject_sync_failure_at(&self, errno: Option<i32>, off: u64) {
-        self.dirty.set_fault(errno, Some(off));
+    pub fn inject_sync_failure_at(&self, errno: Option<i32>, off: u64, len: u64) {
+        self.dirty.set_fault(errno, (off, off.saturating_add(len)));
     }
 
     /// Page ranges awaiting `msync` (ordinary files only).

@@ -23,10 +23,10 @@ pub(crate) struct DirtyPages {
     /// answer is no, which one load gives without taking the lock.
     has_error: AtomicBool,
     /// Test hook: when non-zero, every sync of a non-empty set of ranges fails with this errno
-    /// (only of ranges holding `fault_page`, when that is set).
+    /// (only of ranges that overlap `[fault_start, fault_end)`).
     fault: AtomicI32,
-    /// Test hook: the pool offset of the one page whose sync fails (u64::MAX: any page).
-    fault_page: AtomicU64,
+    fault_start: AtomicU64,
+    fault_end: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -89,8 +89,8 @@ impl DirtyPages {
                 result = Err(io::Error::last_os_error());
             }
             let fault = self.fault.load(Ordering::Relaxed);
-            let page = self.fault_page.load(Ordering::Relaxed);
-            let hit = page == u64::MAX || (start..end).contains(&page);
+            let hit = start < self.fault_end.load(Ordering::Relaxed)
+                && self.fault_start.load(Ordering::Relaxed) < end;
             if fault != 0 && hit && result.is_ok() {
                 result = Err(io::Error::from_raw_os_error(fault));
             }
@@ -108,11 +108,11 @@ impl DirtyPages {
         result
     }
 
-    /// Fail every sync with `errno` (None: none), or only syncs of the page at pool offset
-    /// `page`.
-    pub(crate) fn set_fault(&self, errno: Option<i32>, page: Option<u64>) {
-        let page = page.map_or(u64::MAX, |p| p / PAGE * PAGE);
-        self.fault_page.store(page, Ordering::Relaxed);
+    /// Fail every sync with `errno` (None: none), or only syncs of pages that overlap the
+    /// pool range `[start, end)`.
+    pub(crate) fn set_fault(&self, errno: Option<i32>, (start, end): (u64, u64)) {
+        self.fault_start.store(start, Ordering::Relaxed);
+        self.fault_end.store(end, Ordering::Relaxed);
         self.fault.store(errno.unwrap_or(0), Ordering::Relaxed);
     }
 

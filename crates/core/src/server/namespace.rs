@@ -181,9 +181,16 @@ impl Server {
 
     /// Undo the allocations of an operation that failed before its commit. A new inode
     /// was already written to its (unreachable) slot: mark the slot free again.
+    ///
+    /// Once writing the pool back has failed, the new inode is left as written: the failure
+    /// may have come at the operation's log append, whose record can then be durable and
+    /// will name the inode after a reopen. The pool takes no more changes either way, and
+    /// recovery rebuilds the bitmaps from what names reach.
     fn release(&mut self, fresh: &mut Vec<Item>) {
         for it in fresh.drain(..) {
-            if let Item::Inode(ino) = it {
+            if let Item::Inode(ino) = it
+                && self.failed.is_none()
+            {
                 let at = self.geo.inode_addr(ino) + field::MODE;
                 self.pool.store_u32(at, 0);
                 self.pool.persist(at, 4);
