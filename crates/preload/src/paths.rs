@@ -158,7 +158,7 @@ pub unsafe extern "C" fn linkat(
             (fd1, from),
             (fd2, to),
             follow,
-            None,
+            Some(&|fs, ((d1, a), (d2, b))| fs.link_from(d1, a, d2, b, follow)),
             |fs, a, b| ok(fs.link_at(None, a, None, b, follow)),
             // SAFETY: the real call with the caller's (or resolved) paths.
             |(f1, a), (f2, b)| unsafe {

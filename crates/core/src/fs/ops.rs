@@ -333,8 +333,20 @@ impl Fs {
         new: &[u8],
         follow: bool,
     ) -> Result<()> {
-        let (h, _) = self.resolve(base(odir), old, follow)?;
-        let (p, name) = self.parent_for_change(base(ndir), new)?;
+        self.link_from(base(odir), old, base(ndir), new, follow)
+    }
+
+    /// `link_at` with the directories given by their handles.
+    pub fn link_from(
+        &self,
+        odir: Option<Handle>,
+        old: &[u8],
+        ndir: Option<Handle>,
+        new: &[u8],
+        follow: bool,
+    ) -> Result<()> {
+        let (h, _) = self.resolve(odir, old, follow)?;
+        let (p, name) = self.parent_for_change(ndir, new)?;
         if p.trailing_slash {
             return Err(self.slash_name_error(p.dir, &name)?);
         }

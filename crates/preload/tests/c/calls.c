@@ -649,6 +649,16 @@ static void at_calls(void) {
     fd = openat(dfd, "d/h", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     CHECK(fd >= 0 && close(fd) == 0);
     CHECK(stat(M "/at/moved/d/h", &st) == 0 && (st.st_mode & 0777) == 0600);
+    /* linkat from the descriptor's directory (renamed since it was opened), both names
+     * relative to it, then across to an absolute path; a flag linkat does not know. */
+    CHECK(linkat(dfd, "d/h", dfd, "d/h2", 0) == 0);
+    CHECK(stat(M "/at/moved/d/h2", &st) == 0 && st.st_nlink == 2);
+    CHECK(linkat(dfd, "d/h", AT_FDCWD, M "/at/h3", 0) == 0);
+    CHECK(stat(M "/at/moved/d/h", &st) == 0 && st.st_nlink == 3);
+    CHECK(linkat(dfd, "d/h", dfd, "d/h2", 0) == -1 && errno == EEXIST);
+    CHECK(linkat(dfd, "d/none", dfd, "d/h4", 0) == -1 && errno == ENOENT);
+    CHECK(linkat(dfd, "d", dfd, "d2", 0) == -1 && errno == EPERM);
+    CHECK(unlink(M "/at/h3") == 0 && unlinkat(dfd, "d/h2", 0) == 0);
     CHECK(unlinkat(dfd, "d/h", 0) == 0 && stat(M "/at/moved/d/h", &st) == -1);
     CHECK(unlinkat(dfd, "d", AT_REMOVEDIR) == -1 && errno == ENOTEMPTY);
     CHECK(unlinkat(dfd, "d/g", AT_REMOVEDIR) == -1 && errno == ENOTDIR);
