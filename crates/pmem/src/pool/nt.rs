@@ -81,7 +81,7 @@ impl Pool {
         // is a 64-aligned address; `data` does not overlap the range (checked).
         unsafe { flush::stream_copy(self.at(off), data.as_ptr(), data.len()) };
         if self.media == Media::File {
-            self.dirty.add(off, len);
+            self.note_dirty(off, len);
         }
         self.record_lines(off, len);
     }

@@ -417,24 +417,19 @@ impl Fs {
                     Error::ENOENT
                 });
             };
-            let redo = |redone: &mut u32| {
-                *redone += 1;
-                if *redone > MAX_REDONE {
+            let link = match link_rest {
+                Some(rest) => self.link_target(cur)?.map(|target| (rest, target)),
+                None => None,
+            };
+            let Some((rest, mut target)) = link else {
+                // `cur` is gone: look its name up again.
+                redone += 1;
+                if redone > MAX_REDONE {
                     return Err(Error::corrupt(format!(
                         "directory {} names inode {}, which is free",
                         dir.ino, cur.ino
                     )));
                 }
-                Ok(())
-            };
-            let Some(rest) = link_rest else {
-                redo(&mut redone)?;
-                cur = dir;
-                pos = c.start;
-                continue;
-            };
-            let Some(mut target) = self.link_target(cur)? else {
-                redo(&mut redone)?;
                 cur = dir;
                 pos = c.start;
                 continue;
