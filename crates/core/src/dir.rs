@@ -17,7 +17,9 @@ use crate::layout::{Geometry, PAGE};
 use crate::oplog::Entry;
 use engram_pmem::Pool;
 
+mod hints;
 mod split;
+pub use hints::Hints;
 pub use split::{Split, init_first_leaf, split};
 
 pub const LEAF_TAG: u64 = 1;
@@ -171,10 +173,20 @@ fn find_slot<'p>(
     root: u64,
     name: &[u8],
 ) -> Result<Option<(u64, &'p [u8], u64)>> {
+    find_slot_hashed(pool, geo, root, name, name_hash(name))
+}
+
+/// `find_slot` with the name's hash already computed.
+fn find_slot_hashed<'p>(
+    pool: &'p Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+    hash: u64,
+) -> Result<Option<(u64, &'p [u8], u64)>> {
     if root == 0 || name.is_empty() || name.len() > NAME_MAX {
         return Ok(None);
     }
-    let hash = name_hash(name);
     let leaf = find_leaf(pool, geo, root, hash, false)?.leaf;
     let fp = fingerprint(hash);
     // The whole page in one view: one bounds check for the header and the dentries.
@@ -435,9 +447,17 @@ pub struct Found {
     pub nslots: u64,
 }
 
-/// Find `name` in the directory whose root word is `root`, for the server.
-pub fn find(pool: &Pool, geo: &Geometry, root: u64, name: &[u8]) -> Result<Option<Found>> {
-    Ok(find_slot(pool, geo, root, name)?.map(|(leaf, _, slot)| found_at(pool, leaf, slot, name)))
+/// Find `name` (whose `name_hash` is `hash`) in the directory whose root word is `root`, for
+/// the server.
+pub fn find(
+    pool: &Pool,
+    geo: &Geometry,
+    root: u64,
+    name: &[u8],
+    hash: u64,
+) -> Result<Option<Found>> {
+    Ok(find_slot_hashed(pool, geo, root, name, hash)?
+        .map(|(leaf, _, slot)| found_at(pool, leaf, slot, name)))
 }
 
 fn found_at(pool: &Pool, leaf: u64, slot: u64, name: &[u8]) -> Found {
@@ -451,18 +471,19 @@ fn found_at(pool: &Pool, leaf: u64, slot: u64, name: &[u8]) -> Found {
     }
 }
 
-/// `find` and `find_space` (with nothing claimed) of one name in a single visit of its
-/// leaf: whether the name is there, and where a new entry for it would go.
+/// `find` and `find_space` (with nothing claimed) of one name (whose `name_hash` is `hash`)
+/// in a single visit of its leaf: whether the name is there, and where a new entry for it
+/// would go.
 pub fn probe(
     pool: &Pool,
     geo: &Geometry,
     root: u64,
     name: &[u8],
+    hash: u64,
 ) -> Result<(Option<Found>, Space)> {
     if root == 0 {
         return Ok((None, Space::Empty));
     }
-    let hash = name_hash(name);
     let loc = find_leaf(pool, geo, root, hash, false)?;
     let mut found = None;
     if !name.is_empty() && name.len() <= NAME_MAX {

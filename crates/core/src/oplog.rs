@@ -272,22 +272,22 @@ impl Unflushed {
 }
 
 /// Apply every entry of a record in place, not written back: the lines it stored to are
-/// returned, for the caller to write back before its next fence (replay does at once).
+/// added to `lines`, for the caller to write back before its next fence (replay does at
+/// once). Filled in place rather than returned: copying the returned runs out reloaded
+/// words just stored in halves, a load the store buffer cannot forward, which waited for
+/// every earlier store (`perf annotate`: 15 % of a create at 1,000,000 entries).
 ///
 /// Each cache line is written back once, after the record's last store to it, instead of
 /// once per entry: an append's size, block count and times share the inode's line. No fence
 /// separates the entries, so one write-back of the line's final contents persists what the
 /// several did.
-#[must_use = "the lines stored to must be written back before the record's stores are relied on"]
-pub fn apply_all(pool: &Pool, entries: &[Entry]) -> Unflushed {
-    let mut lines = Unflushed::default();
+pub fn apply_all(pool: &Pool, entries: &[Entry], lines: &mut Unflushed) {
     for e in entries {
         let (off, len) = e.store(pool);
         if len != 0 {
             lines.add(pool, off, len);
         }
     }
-    lines
 }
 
 /// The log writer: where the next record goes and how much space the records since the last
@@ -472,7 +472,9 @@ mod tests {
         entries.extend((0..10).map(|i| Entry::set64(0x8000 + i * 0x400, i)));
         entries.extend([Entry::set64(0x8000, 98), Entry::set64(0x9000, 99)]);
         pool.start_recording();
-        apply_all(&pool, &entries).flush(&pool);
+        let mut lines = Unflushed::default();
+        apply_all(&pool, &entries, &mut lines);
+        lines.flush(&pool);
         let rec = pool.stop_recording().unwrap();
         let mut last = std::collections::HashMap::new();
         let mut lines: Vec<u64> = rec

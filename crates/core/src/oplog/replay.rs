@@ -34,8 +34,10 @@ struct Found {
 /// before anything is applied: a refused log leaves the pool untouched.
 pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
     let (records, end) = scan(pool, geo, head)?;
+    let mut lines = super::Unflushed::default();
     for entries in &records {
-        apply_all(pool, entries).flush(pool);
+        apply_all(pool, entries, &mut lines);
+        lines.flush(pool);
     }
     pool.fence();
     Ok(Replayed {

@@ -13,6 +13,7 @@ mod namespace;
 mod opens;
 
 use crate::alloc::{Allocator, Item, Reserved};
+use crate::dir;
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
@@ -22,6 +23,7 @@ use crate::oplog::{self, Entry, Log, LogHead};
 use crate::perm::Creds;
 use crate::request::{Handle, Request, Response, StatFs};
 use engram_pmem::Pool;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 pub use data::zero_range_beyond_eof;
@@ -79,6 +81,8 @@ pub struct Server {
     /// The last record's in-place stores, written back before the next fence
     /// (`oplog::Unflushed`).
     unflushed: oplog::Unflushed,
+    /// Where names of large directories were last found (prefetch hints only).
+    dir_hints: RefCell<dir::Hints>,
     /// Buffers reused across requests (see `take_bufs`).
     spare_entries: Vec<Entry>,
     spare_items: Vec<Item>,
@@ -114,6 +118,7 @@ impl Server {
             closed: false,
             failed: None,
             unflushed: oplog::Unflushed::default(),
+            dir_hints: RefCell::default(),
             spare_entries: Vec::with_capacity(16),
             spare_items: Vec::with_capacity(8),
         }
@@ -315,7 +320,7 @@ impl Server {
         for k in (0..touched.len()).filter(|&k| distinct(k)) {
             self.shared.seqs.write_begin(touched[k]);
         }
-        self.unflushed = oplog::apply_all(&self.pool, entries);
+        oplog::apply_all(&self.pool, entries, &mut self.unflushed);
         for k in (0..touched.len()).filter(|&k| distinct(k)) {
             self.shared.seqs.write_end(touched[k]);
         }

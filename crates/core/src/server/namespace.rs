@@ -1,4 +1,5 @@
-//! Namespace operations: create, mkdir, symlink, link, unlink, rmdir, rename.
+//! Namespace operations: create, mkdir, symlink, link, unlink, rmdir, rename (its own
+//! module).
 
 use super::Server;
 use crate::alloc::Item;
@@ -7,7 +8,9 @@ use crate::error::{Error, Result};
 use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, field};
 use crate::oplog::Entry;
 use crate::perm::{self, Creds, W, X};
-use crate::request::{Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, Response};
+use crate::request::{Handle, Response};
+
+mod rename;
 
 pub const LINK_MAX: u32 = 65000;
 
@@ -45,51 +48,43 @@ enum Place {
 /// The most names one operation stages (rename's exchange).
 const MAX_STAGED: usize = 2;
 
-/// Changes of a counter of up to two directories, kept in inode order.
-#[derive(Default)]
-struct Deltas {
-    d: [(u64, i64); 2],
-    n: usize,
-}
-
-impl Deltas {
-    fn add(&mut self, ino: u64, delta: i64) {
-        if let Some(e) = self.d[..self.n].iter_mut().find(|e| e.0 == ino) {
-            e.1 += delta;
-            return;
-        }
-        self.d[self.n] = (ino, delta);
-        self.n += 1;
-        if self.n == 2 && self.d[0].0 > self.d[1].0 {
-            self.d.swap(0, 1);
-        }
-    }
-
-    /// The changes, without those that cancel out (a rename inside one directory): their
-    /// store would write the value the field already has.
-    fn iter(&self) -> impl Iterator<Item = (u64, i64)> + '_ {
-        self.d[..self.n]
-            .iter()
-            .copied()
-            .filter(|&(_, delta)| delta != 0)
-    }
-}
-
-/// Per-directory counters a namespace operation changes, applied as absolute values.
-#[derive(Default)]
-struct DirChanges {
-    size: Deltas,
-    nlink: Deltas,
-}
-
 impl Server {
-    fn lookup(&self, d: &InodeData, name: &[u8]) -> Result<Option<Found>> {
-        dir::find(&self.pool, &self.geo, d.root, name)
+    /// `name` in directory `dino` (whose inode is `d`).
+    fn lookup(&self, dino: u64, d: &InodeData, name: &[u8]) -> Result<Option<Found>> {
+        let hash = self.prefetch_leaf(dino, name);
+        let found = dir::find(&self.pool, &self.geo, d.root, name, hash)?;
+        if let Some(f) = &found {
+            self.dir_hints
+                .borrow_mut()
+                .learn(dino, d.size, hash, f.leaf);
+        }
+        Ok(found)
     }
 
     /// `lookup`, and where a new entry of the name would go (see `dir::probe`).
-    fn probe(&self, d: &InodeData, name: &[u8]) -> Result<(Option<Found>, Space)> {
-        dir::probe(&self.pool, &self.geo, d.root, name)
+    fn probe(&self, dino: u64, d: &InodeData, name: &[u8]) -> Result<(Option<Found>, Space)> {
+        let hash = self.prefetch_leaf(dino, name);
+        let (found, space) = dir::probe(&self.pool, &self.geo, d.root, name, hash)?;
+        let leaf = match (&found, &space) {
+            (Some(f), _) => Some(f.leaf),
+            (None, Space::Free { leaf, .. }) => Some(*leaf),
+            (None, Space::Full(loc)) => Some(loc.leaf),
+            (None, Space::Empty) => None,
+        };
+        if let Some(leaf) = leaf {
+            self.dir_hints.borrow_mut().learn(dino, d.size, hash, leaf);
+        }
+        Ok((found, space))
+    }
+
+    /// The name's hash, after starting to fetch the header of the leaf it was last found in
+    /// (`dir::Hints`), so that the fetch overlaps the walk down to that leaf.
+    fn prefetch_leaf(&self, dino: u64, name: &[u8]) -> u64 {
+        let hash = dir::name_hash(name);
+        if let Some(leaf) = self.dir_hints.borrow_mut().leaf(dino, hash) {
+            self.pool.prefetch(leaf);
+        }
+        hash
     }
 
     /// The directory a new name goes in (valid name, live directory, name not taken), and
@@ -97,7 +92,7 @@ impl Server {
     fn parent_of_new(&self, parent: Handle, name: &[u8]) -> Result<(InodeData, Space)> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        match self.probe(&p, name)? {
+        match self.probe(parent.ino, &p, name)? {
             (Some(_), _) => Err(Error::EEXIST),
             (None, space) => Ok((p, space)),
         }
@@ -329,7 +324,7 @@ impl Server {
     ) -> Result<Response> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        let (found, space) = self.probe(&p, name)?;
+        let (found, space) = self.probe(parent.ino, &p, name)?;
         if let Some(d) = found {
             if excl {
                 return Err(Error::EEXIST);
@@ -398,7 +393,7 @@ impl Server {
         check_name(name)?;
         let t = self.inode(target)?;
         let p = self.dir_inode(parent)?;
-        if self.lookup(&p, name)?.is_some() {
+        if self.lookup(parent.ino, &p, name)?.is_some() {
             return Err(Error::EEXIST);
         }
         if t.is_dir() {
@@ -478,7 +473,7 @@ impl Server {
         }
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        let de = self.lookup(&p, name)?.ok_or(Error::ENOENT)?;
+        let de = self.lookup(parent.ino, &p, name)?.ok_or(Error::ENOENT)?;
         let t = self.read_inode(de.ino);
         if rmdir {
             if !t.is_dir() {
@@ -505,218 +500,12 @@ impl Server {
             .and_then(|()| self.commit(&out, &[parent.ino, de.ino]));
         if r.is_ok() {
             self.retire(&retired);
+            if rmdir {
+                // Its number may come back as another directory: no stale hints for it.
+                self.dir_hints.borrow_mut().forget(de.ino);
+            }
         }
         self.put_bufs(out, retired);
         r.map(|()| Response::Done)
-    }
-
-    /// True if `anc` is `ino` or one of its ancestors.
-    fn is_ancestor(&self, anc: u64, mut ino: u64) -> bool {
-        for _ in 0..self.geo.inode_count {
-            if ino == anc {
-                return true;
-            }
-            let parent = self.read_inode(ino).parent;
-            if ino == crate::layout::ROOT_INO || parent == ino || parent == 0 {
-                return false;
-            }
-            ino = parent;
-        }
-        false
-    }
-
-    pub(super) fn rename(
-        &mut self,
-        c: &Creds,
-        from: Handle,
-        fname: &[u8],
-        to: Handle,
-        tname: &[u8],
-        flags: u32,
-    ) -> Result<Response> {
-        let exchange = flags & RENAME_EXCHANGE != 0;
-        if flags & !(RENAME_EXCHANGE | RENAME_NOREPLACE) != 0
-            || (exchange && flags & RENAME_NOREPLACE != 0)
-        {
-            return Err(Error::EINVAL);
-        }
-        // In Linux's order: the old name (valid, then present), then the new one.
-        let valid = |n: &[u8]| {
-            if n == b"." || n == b".." {
-                return Err(Error::EBUSY);
-            }
-            check_name(n)
-        };
-        let sp = self.dir_inode(from)?;
-        let dp = if to == from { sp } else { self.dir_inode(to)? };
-        valid(fname)?;
-        let sd = self.lookup(&sp, fname)?.ok_or(Error::ENOENT)?;
-        valid(tname)?;
-        let (dd, tspace) = self.probe(&dp, tname)?;
-        if exchange && dd.is_none() {
-            return Err(Error::ENOENT);
-        }
-        if flags & RENAME_NOREPLACE != 0 && dd.is_some() {
-            return Err(Error::EEXIST);
-        }
-        perm::check(c, &sp, W | X)?;
-        perm::check(c, &dp, W | X)?;
-        let s = self.read_inode(sd.ino);
-        perm::check_sticky(c, &sp, &s)?;
-        if dd.as_ref().is_some_and(|d| d.ino == sd.ino) {
-            return Ok(Response::Done);
-        }
-        let d = dd.as_ref().map(|x| self.read_inode(x.ino));
-        if let Some(d) = &d {
-            perm::check_sticky(c, &dp, d)?;
-        }
-        // Linux: a target that is an ancestor of the source is "not empty".
-        if let Some(dd) = &dd
-            && !exchange
-            && self.is_ancestor(dd.ino, from.ino)
-        {
-            return Err(Error::ENOTEMPTY);
-        }
-        let moving = from.ino != to.ino;
-        if s.is_dir() && moving {
-            if self.is_ancestor(sd.ino, to.ino) {
-                return Err(Error::EINVAL);
-            }
-            perm::check(c, &s, W)?;
-        }
-        if exchange && let (Some(dd), Some(d)) = (&dd, &d) {
-            if d.is_dir() && moving {
-                if self.is_ancestor(dd.ino, from.ino) {
-                    return Err(Error::EINVAL);
-                }
-                perm::check(c, d, W)?;
-            }
-        } else if let Some(d) = &d {
-            if s.is_dir() && !d.is_dir() {
-                return Err(Error::ENOTDIR);
-            }
-            if !s.is_dir() && d.is_dir() {
-                return Err(Error::EISDIR);
-            }
-            if d.is_dir() && d.size != 0 {
-                return Err(Error::ENOTEMPTY);
-            }
-        }
-        if s.is_dir() && moving && !exchange && d.is_none() && dp.nlink >= LINK_MAX {
-            return Err(Error::EMLINK);
-        }
-
-        let wants = [(to.ino, tname), (from.ino, fname)];
-        // Nothing has changed since the probe of the new name.
-        let first = Some(tspace);
-        let (places, split) = self.find_places(&wants[..1 + exchange as usize], first)?;
-        // Splits may have moved entries: look them up again (else nothing has changed).
-        let (sd, dd) = if split {
-            let sp = self.read_inode(from.ino);
-            let dp = self.read_inode(to.ino);
-            let sd = self.lookup(&sp, fname)?.ok_or(Error::EIO)?;
-            (sd, self.lookup(&dp, tname)?)
-        } else {
-            (sd, dd)
-        };
-
-        let now = self.now();
-        let (mut out, mut fresh) = self.take_bufs();
-        let mut staged = [(to.ino, tname, sd.ino, ftype_of(s.mode)); MAX_STAGED];
-        let mut nstaged = 1;
-        if let (true, Some(dd), Some(d)) = (exchange, &dd, &d) {
-            staged[1] = (from.ino, fname, dd.ino, ftype_of(d.mode));
-            nstaged = 2;
-        }
-        if let Err(e) = self.stage(&staged[..nstaged], &places, &mut out, &mut fresh) {
-            self.release(&mut fresh);
-            self.put_bufs(out, fresh);
-            return Err(e);
-        }
-        self.pool.fence();
-        // The fresh pages are now part of the operation; the buffer collects what to retire.
-        let mut retired = fresh;
-        retired.clear();
-        let r = self.rename_record(
-            (from, to),
-            (&sd, &s),
-            (dd.as_ref(), d.as_ref()),
-            exchange,
-            now,
-            (&mut out, &mut retired),
-        );
-        let r = r.and_then(|()| {
-            let inos = [from.ino, to.ino, sd.ino, dd.as_ref().map_or(0, |x| x.ino)];
-            self.commit(&out, &inos)
-        });
-        if r.is_ok() {
-            self.retire(&retired);
-        }
-        self.put_bufs(out, retired);
-        r.map(|()| Response::Done)
-    }
-
-    /// The stores of a rename after its new entries are staged: remove the old entries,
-    /// update the counters, parents and times (into `out`); what a replaced inode frees goes
-    /// to `retired`.
-    fn rename_record(
-        &self,
-        (from, to): (Handle, Handle),
-        (sd, s): (&Found, &InodeData),
-        (dd, d): (Option<&Found>, Option<&InodeData>),
-        exchange: bool,
-        now: i64,
-        (out, retired): (&mut Vec<Entry>, &mut Vec<Item>),
-    ) -> Result<()> {
-        let moving = from.ino != to.ino;
-        out.push(dir::remove_entry(sd));
-        if let Some(dd) = dd {
-            out.push(dir::remove_entry(dd));
-        }
-        let mut ch = DirChanges::default();
-        if !exchange {
-            ch.size.add(from.ino, -1);
-            ch.size.add(to.ino, 1);
-            if s.is_dir() && moving {
-                ch.nlink.add(from.ino, -1);
-                ch.nlink.add(to.ino, 1);
-                out.push(self.set64(sd.ino, field::PARENT, to.ino));
-            }
-            if let (Some(dd), Some(d)) = (dd, d) {
-                ch.size.add(to.ino, -1);
-                if d.is_dir() {
-                    ch.nlink.add(to.ino, -1);
-                }
-                self.drop_link(dd.ino, d, now, out, retired)?;
-            }
-        } else if let (Some(dd), Some(d)) = (dd, d) {
-            if moving {
-                if s.is_dir() {
-                    ch.nlink.add(from.ino, -1);
-                    ch.nlink.add(to.ino, 1);
-                    out.push(self.set64(sd.ino, field::PARENT, to.ino));
-                }
-                if d.is_dir() {
-                    ch.nlink.add(to.ino, -1);
-                    ch.nlink.add(from.ino, 1);
-                    out.push(self.set64(dd.ino, field::PARENT, from.ino));
-                }
-            }
-            out.push(self.set64(dd.ino, field::CTIME, now as u64));
-        }
-        for (ino, delta) in ch.size.iter() {
-            let cur = self.read_inode(ino).size as i64;
-            out.push(self.set64(ino, field::SIZE, (cur + delta) as u64));
-        }
-        for (ino, delta) in ch.nlink.iter() {
-            let cur = self.read_inode(ino).nlink as i64;
-            out.push(self.set32(ino, field::NLINK, (cur + delta) as u32));
-        }
-        self.touch(from.ino, now, out);
-        if moving {
-            self.touch(to.ino, now, out);
-        }
-        out.push(self.set64(sd.ino, field::CTIME, now as u64));
-        Ok(())
     }
 }
