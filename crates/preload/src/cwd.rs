@@ -65,6 +65,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
 pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
     crate::guarded!(-1, {
         let Some(of) = table::get(fd) else {
+            crate::desc::refuse_spare(fd)?;
             // SAFETY: forwarding unchanged.
             let v = unsafe { real::fchdir(fd) };
             if v == 0 {

@@ -118,6 +118,17 @@ pub fn is_spare(fd: c_int) -> bool {
     fd >= 0 && SPARE.iter().any(|s| s.load(Ordering::Acquire) == fd)
 }
 
+/// EBADF for a spare placeholder's number, which is closed as far as the program knows: a
+/// call that passes a descriptor the shim does not serve to the kernel checks this first,
+/// so that it fails as on a closed number instead of acting on the `/dev/null` behind it.
+pub fn refuse_spare(fd: c_int) -> Res<()> {
+    if is_spare(fd) {
+        Err(libc::EBADF)
+    } else {
+        Ok(())
+    }
+}
+
 /// The lowest spare placeholder, taken out of the spares.
 fn take_spare() -> Option<c_int> {
     loop {

@@ -96,6 +96,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
             return Ok(std::ptr::null_mut());
         }
         if !table::is_ours(fd) {
+            crate::desc::refuse_spare(fd)?;
             // It resolved outside the pool: let glibc make the stream.
             // SAFETY: the real fdopendir takes the descriptor over.
             return Ok(unsafe { real::fdopendir(fd) });
@@ -108,6 +109,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     crate::guarded!(std::ptr::null_mut(), {
         let Some(of) = table::get(fd) else {
+            crate::desc::refuse_spare(fd)?;
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::fdopendir(fd) });
         };
@@ -284,6 +286,7 @@ pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     crate::guarded!(-1, {
         let Some(of) = table::get(fd) else {
+            crate::desc::refuse_spare(fd)?;
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::getdents64(fd, buf, n) });
         };

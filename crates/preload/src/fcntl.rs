@@ -136,6 +136,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
     crate::guarded!(-1, {
+        crate::desc::refuse_spare(fd)?;
         // SAFETY: forwarding unchanged.
         let r = unsafe { real::ioctl(fd, req, arg) };
         if r == 0 && (req == libc::FIONCLEX || req == libc::FIOCLEX) && table::is_ours(fd) {
@@ -153,6 +154,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
 pub unsafe extern "C" fn flock(fd: c_int, op_: c_int) -> c_int {
     crate::guarded!(-1, {
         let Some(of) = table::get(fd) else {
+            crate::desc::refuse_spare(fd)?;
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::flock(fd, op_) });
         };

@@ -269,6 +269,7 @@ pub fn mirrored(old: c_int, new: c_int) {
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     crate::guarded!(-1, {
         if !table::is_ours(fd) {
+            crate::desc::refuse_spare(fd)?;
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::dup(fd) });
         }
@@ -284,6 +285,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     crate::guarded!(-1, {
         if !table::is_ours(old) && !table::is_ours(new) {
+            crate::desc::refuse_spare(old)?;
             crate::desc::released(new, new);
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::dup2(old, new) });
@@ -303,6 +305,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     crate::guarded!(-1, {
         if !table::is_ours(old) && !table::is_ours(new) {
+            crate::desc::refuse_spare(old)?;
             crate::desc::released(new, new);
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::dup3(old, new, flags) });

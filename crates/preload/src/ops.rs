@@ -38,14 +38,19 @@ macro_rules! routed {
 }
 
 /// Inside `guarded!`: return at once to libc when a descriptor is not ours; otherwise
-/// evaluate to its `Arc<OpenFile>`.
+/// evaluate to its `Arc<OpenFile>`. A spare placeholder's number is closed as far as the
+/// program knows (`desc::is_spare`): EBADF, as the kernel gives for a closed number,
+/// instead of acting on the `/dev/null` behind it.
 #[macro_export]
 macro_rules! ours {
     ($fd:expr, $pass:expr) => {{
         match $crate::table::get($fd) {
             Some(of) => of,
-            // SAFETY: forwarding the caller's arguments unchanged.
-            None => return Ok(unsafe { $pass }),
+            None => {
+                $crate::desc::refuse_spare($fd)?;
+                // SAFETY: forwarding the caller's arguments unchanged.
+                return Ok(unsafe { $pass });
+            }
         }
     }};
 }

@@ -241,7 +241,7 @@ fn fstatat_impl(
     if unsafe { empty_path(path, flags) } {
         return match table::get(dirfd) {
             Some(of) => do_fstat(&of, st),
-            None => Ok(pass()),
+            None => crate::desc::refuse_spare(dirfd).map(|()| pass()),
         };
     }
     // SAFETY: the caller's path.
@@ -291,8 +291,11 @@ pub unsafe extern "C" fn statx(
         let of = if unsafe { empty_path(path, flags) } {
             match table::get(dirfd) {
                 Some(of) => Some(of),
-                // SAFETY: forwarding unchanged.
-                None => return Ok(unsafe { real::statx(dirfd, path, flags, mask, st) }),
+                None => {
+                    crate::desc::refuse_spare(dirfd)?;
+                    // SAFETY: forwarding unchanged.
+                    return Ok(unsafe { real::statx(dirfd, path, flags, mask, st) });
+                }
             }
         } else {
             None

@@ -157,6 +157,7 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     crate::guarded!(std::ptr::null_mut(), {
         let Some(of) = table::get(fd) else {
+            crate::desc::refuse_spare(fd)?;
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::fdopen(fd, mode) });
         };

@@ -1,5 +1,6 @@
 //! The shim's own guarantees: a pool opened in-process is exclusive (with a clear error for
-//! a second process), and a pool that cannot be opened fails only calls under the prefix.
+//! a second process), a pool that cannot be opened fails only calls under the prefix, and
+//! a closed number whose placeholder the shim keeps is closed to the program.
 
 mod common;
 
@@ -42,6 +43,32 @@ fn in_process(pool: &std::path::Path, script: &str) -> std::process::Output {
         .env_remove("ENGRAM_SOCKET")
         .env_remove("ENGRAM_CWD");
     output(c, Duration::from_secs(60))
+}
+
+#[test]
+fn a_closed_number_kept_as_a_spare_is_closed_to_the_program() {
+    if !common::require("gcc", "gcc") {
+        return;
+    }
+    let (dir, pool) = fresh_pool("spare");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/spare.c");
+    let exe = dir.join("spare");
+    let st = Command::new("gcc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .status()
+        .expect("run gcc");
+    assert!(st.success(), "gcc failed on {src}");
+    let out = in_process(&pool, &format!("exec {} {MOUNT}", exe.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("SPARE-OK"),
+        "{:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -18,10 +18,13 @@ pub fn target_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The shim, built by cargo beside the test binaries (built now if missing).
+/// The shim, built by cargo beside the test binaries. `cargo test` builds the crate's
+/// library for the tests but not always its `cdylib`, so it is built (or found up to date)
+/// once per test binary: a shim left from an older build would test old code.
 pub fn library() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let lib = target_dir().join("libengram_preload.so");
-    if !lib.is_file() {
+    BUILT.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-p", "engram-preload"]);
@@ -29,7 +32,7 @@ pub fn library() -> PathBuf {
             cmd.arg("--release");
         }
         assert!(cmd.status().unwrap().success(), "building the shim failed");
-    }
+    });
     assert!(lib.is_file(), "{} is missing", lib.display());
     lib
 }
