@@ -87,10 +87,20 @@ fn with_cpath<R>(path: &str, f: impl FnOnce(&CStr) -> io::Result<R>) -> io::Resu
     }
 }
 
-/// Remove the scratch directories (`engram-bench-PID-NAME`) that runs killed by a signal
-/// left in `dir`: the signal handler cannot remove a tree, so the next run does, for every
-/// PID that no longer runs.
+/// Remove what runs killed by a signal left in `dir` (`engram-bench-PID-NAME`, for every PID
+/// that no longer runs): scratch directories, which the signal handler cannot remove, and,
+/// after a `SIGKILL` (the kernel's out-of-memory killer), which no handler sees, the
+/// run's mounts (its huge-page pool tmpfs, its ext4 image's mount, detached here) and the
+/// image file. Otherwise each killed run would keep its pools' memory until reboot.
 fn remove_stale_scratch(dir: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted = |p: &Path| {
+        let p = p.as_os_str().as_bytes();
+        mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1).is_some_and(|m| m.as_bytes() == p))
+    };
+    let mut stale: Vec<(PathBuf, bool)> = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = e.file_name();
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("engram-bench-")) else {
@@ -99,9 +109,23 @@ fn remove_stale_scratch(dir: &Path) {
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        let dead = !Path::new(&format!("/proc/{pid}")).exists();
-        if dead && e.file_type().is_ok_and(|t| t.is_dir()) {
-            let _ = std::fs::remove_dir_all(e.path());
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            stale.push((e.path(), e.file_type().is_ok_and(|t| t.is_dir())));
+        }
+    }
+    // Mounts first: an image is only freed once the mount on it is gone.
+    stale.sort_by_key(|(_, is_dir)| !is_dir);
+    for (path, is_dir) in stale {
+        if is_dir {
+            if mounted(&path)
+                && let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes())
+            {
+                // SAFETY: a NUL-terminated path; detaching needs no other argument.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
@@ -454,14 +478,38 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("engram-stale-test-{}", std::process::id()));
         // Above the kernel's largest pid_max (2^22): no process has it.
         let dead = dir.join("engram-bench-4294967-tmpfs-shm");
+        let dead_image = dir.join("engram-bench-4294967-ext4.img");
+        let dead_mount = dir.join("engram-bench-4294967-pools.mnt");
         let live = dir.join(format!("engram-bench-{}-tmpfs", std::process::id()));
         let other = dir.join("unrelated-4294967");
         for d in [&dead, &live, &other] {
             std::fs::create_dir_all(d.join("sub")).unwrap();
             std::fs::write(d.join("sub/f"), b"x").unwrap();
         }
+        std::fs::write(&dead_image, b"image").unwrap();
+        // A killed run's pool mount (as root, which mounts them; skipped otherwise).
+        std::fs::create_dir(&dead_mount).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let mounted = root
+            && run(Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=1m", "engram-stale-test"])
+                .arg(&dead_mount))
+            .is_ok();
+        if mounted {
+            std::fs::write(dead_mount.join("pool"), b"pool").unwrap();
+        } else {
+            eprintln!("not root or no mount: the mount case is not checked");
+        }
         remove_stale_scratch(&dir);
         assert!(!dead.exists());
+        assert!(!dead_image.exists(), "a dead run's image file is removed");
+        assert!(
+            !dead_mount.exists(),
+            "a dead run's mount is detached and removed"
+        );
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        assert!(!mounts.contains("engram-bench-4294967-pools.mnt"));
         assert!(live.join("sub/f").exists());
         assert!(other.join("sub/f").exists());
         std::fs::remove_dir_all(&dir).unwrap();
