@@ -1,7 +1,8 @@
 //! fcntl (flags, descriptor flags, duplication, record locks and OFD locks), flock and
 //! lockf. Locks are the kernel's, taken on a per-inode lock file in /dev/shm, so that they
 //! work between processes with Linux's semantics (POSIX locks per process, OFD locks and
-//! flocks per description).
+//! flocks per description); POSIX locks on a pool opened in this process, which no other
+//! process can reach, are answered here (`reclocks`).
 
 use crate::session::op;
 use crate::table::{self, OpenFile};
@@ -44,7 +45,22 @@ fn lock(of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
             }
             _ => {}
         }
-        absolute(of, user)?
+        let f = absolute(of, user)?;
+        match cmd {
+            libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK => {
+                let mut mine = f;
+                if let Some(r) = crate::reclocks::posix(of, cmd, &mut mine) {
+                    let r = r?;
+                    if cmd == libc::F_GETLK {
+                        // Nothing conflicts: F_UNLCK, the other fields as given.
+                        user.l_type = mine.l_type;
+                    }
+                    return Ok(r);
+                }
+            }
+            _ => crate::reclocks::to_kernel(of)?,
+        }
+        f
     };
     let fd = of.lock_fd()?;
     // Blocking waits happen without the operation guard, so fork is never held up.

@@ -34,6 +34,7 @@ pub mod paths;
 pub mod printf;
 pub mod process;
 pub mod real;
+pub mod reclocks;
 pub mod resolve;
 pub mod route;
 pub mod session;

@@ -212,6 +212,7 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
         (e.errno(), format!("{what}{hint}"))
     })?;
     s.mode = Mode::InProcess;
+    crate::reclocks::set_in_process();
     let canon = std::fs::canonicalize(&cfg.pool).unwrap_or_else(|_| cfg.pool.clone());
     s.pool_id = fnv(canon.as_os_str().as_encoded_bytes());
     Ok(fs)

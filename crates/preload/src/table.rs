@@ -346,7 +346,8 @@ pub fn install(fd: c_int, of: Arc<OpenFile>) {
     };
     if !old.is_null() {
         // SAFETY: the slot held this reference.
-        drop(unsafe { Arc::from_raw(old) });
+        let old = unsafe { Arc::from_raw(old) };
+        crate::reclocks::closed(old.handle);
     }
 }
 
@@ -360,7 +361,12 @@ pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
         swap_slot(fd as usize, null_mut())
     };
     // SAFETY: the slot held this reference.
-    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+    let old = (!old.is_null()).then(|| unsafe { Arc::from_raw(old) });
+    if let Some(of) = &old {
+        // Closing any descriptor of a file releases the process's POSIX locks on it.
+        crate::reclocks::closed(of.handle);
+    }
+    old
 }
 
 /// Forget every descriptor in `first..=last`.

@@ -1,6 +1,7 @@
 //! The shim's own guarantees: a pool opened in-process is exclusive (with a clear error for
 //! a second process), a pool that cannot be opened fails only calls under the prefix, and
-//! a closed number whose placeholder the shim keeps is closed to the program.
+//! a closed number whose placeholder the shim keeps is closed to the program, and record
+//! locks answered in the process keep Linux's semantics.
 
 mod common;
 
@@ -45,18 +46,19 @@ fn in_process(pool: &std::path::Path, script: &str) -> std::process::Output {
     output(c, Duration::from_secs(60))
 }
 
-#[test]
-fn a_closed_number_kept_as_a_spare_is_closed_to_the_program() {
+/// Compile tests/c/NAME.c and run it on a fresh pool opened in its own process; it prints
+/// `OK` (its name in capitals, then "-OK") when every check passed.
+fn c_program_in_process(name: &str, ok: &str) {
     if !common::require("gcc", "gcc") {
         return;
     }
-    let (dir, pool) = fresh_pool("spare");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/spare.c");
-    let exe = dir.join("spare");
+    let (dir, pool) = fresh_pool(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join(name);
     let st = Command::new("gcc")
         .args(["-O1", "-Wall", "-o"])
         .arg(&exe)
-        .arg(src)
+        .arg(&src)
         .status()
         .expect("run gcc");
     assert!(st.success(), "gcc failed on {src}");
@@ -64,11 +66,21 @@ fn a_closed_number_kept_as_a_spare_is_closed_to_the_program() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success() && stdout.contains("SPARE-OK"),
+        out.status.success() && stdout.contains(ok),
         "{:?}\n{stdout}\n{stderr}",
         out.status
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_closed_number_kept_as_a_spare_is_closed_to_the_program() {
+    c_program_in_process("spare", "SPARE-OK");
+}
+
+#[test]
+fn record_locks_of_an_in_process_pool_keep_linux_semantics() {
+    c_program_in_process("locks", "LOCKS-OK");
 }
 
 #[test]
