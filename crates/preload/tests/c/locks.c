@@ -3,22 +3,9 @@
  * descriptor of a file releases them, and an OFD lock still conflicts with them (they go
  * to the kernel then). Run in-process by tests/shim.rs; argv[1] is the mount prefix. */
 #define _GNU_SOURCE
-#include <errno.h>
+#include "check.h"
 #include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
-
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            int e_ = errno;                                                                \
-            fprintf(stderr, "FAIL line %d: %s (errno %d: %s)\n", __LINE__, #cond, e_,      \
-                    strerror(e_));                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static int setlk(int fd, int cmd, short type, off_t start, off_t len) {
     struct flock f = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};

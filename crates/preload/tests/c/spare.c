@@ -3,25 +3,12 @@
  * fails with EBADF instead of acting on the /dev/null behind it. Run in-process by
  * tests/shim.rs; argv[1] is the pool's mount prefix. */
 #define _GNU_SOURCE
-#include <errno.h>
+#include "check.h"
 #include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            int e_ = errno;                                                                \
-            fprintf(stderr, "FAIL line %d: %s (errno %d: %s)\n", __LINE__, #cond, e_,      \
-                    strerror(e_));                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 int main(int argc, char **argv) {
     CHECK(argc == 2);
