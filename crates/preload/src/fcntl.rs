@@ -214,6 +214,7 @@ macro_rules! lockfs {
         pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, len: off_t) -> c_int {
     crate::guarded!(-1, {
             let Some(of) = table::get(fd) else {
+                crate::desc::refuse_spare(fd)?;
                 // SAFETY: forwarding unchanged.
                 return Ok(unsafe { real::$name(fd, cmd, len) });
             };

@@ -452,6 +452,9 @@ macro_rules! posix_fallocates {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, off: off_t, len: off_t) -> c_int {
     crate::guarded!(libc::EIO, {
+            if crate::desc::is_spare(fd) {
+                return Ok(libc::EBADF);
+            }
             let of = ours!(fd, real::$name(fd, off, len));
             guard_errno(|| {
                 let _op = op();
@@ -468,6 +471,9 @@ macro_rules! fadvises {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
     crate::guarded!(libc::EIO, {
+            if crate::desc::is_spare(fd) {
+                return Ok(libc::EBADF);
+            }
             let _of = ours!(fd, real::$name(fd, off, len, advice));
             if len < 0 || !(0..=5).contains(&advice) { libc::EINVAL } else { 0 }
         })

@@ -181,6 +181,16 @@ impl OpenFile {
         if fd >= 0 {
             return Ok(fd);
         }
+        // One opening at a time: a second descriptor of the lock file, opened by a racing
+        // thread and closed again, would release every POSIX lock of the process on it.
+        // Under the operation guard: fork waits, so no child starts with the mutex held.
+        static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _op = session::op();
+        let _one = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = self.lock_fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Ok(fd);
+        }
         let name = format!(
             "/dev/shm/engram-lock-{:016x}-{}-{}\0",
             session::pool_id(),
@@ -199,17 +209,8 @@ impl OpenFile {
             return Err(crate::util::errno());
         }
         let fd = crate::util::move_high(fd);
-        match self
-            .lock_fd
-            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Ok(fd),
-            Err(other) => {
-                // SAFETY: closing the descriptor we just opened and did not publish.
-                unsafe { real::close(fd) };
-                Ok(other)
-            }
-        }
+        self.lock_fd.store(fd, Ordering::Release);
+        Ok(fd)
     }
 }
 

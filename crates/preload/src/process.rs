@@ -166,6 +166,7 @@ pub unsafe extern "C" fn fexecve(
     envp: *const *const c_char,
 ) -> c_int {
     crate::guarded!(-1, {
+        crate::desc::refuse_spare(fd)?;
         if crate::table::is_ours(fd) {
             // The kernel cannot execute a file it does not see.
             crate::util::set_errno(libc::ENOEXEC);

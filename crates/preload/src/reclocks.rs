@@ -10,8 +10,9 @@
 //! OFD locks (per open file description) do conflict with the process's POSIX locks. The
 //! first OFD request on a file moves its POSIX locks into the kernel (`to_kernel`); from
 //! then on every lock on that file is the kernel's again. As POSIX says, closing any
-//! descriptor of a file releases the process's locks on it (`closed`). `flock` locks are a
-//! separate kind on Linux and stay the kernel's.
+//! descriptor of a file releases the process's locks on it (`closed`, also for the locks
+//! the kernel holds, in every mode). `flock` locks are a separate kind on Linux and stay
+//! the kernel's.
 
 use crate::table::OpenFile;
 use crate::util::{Res, errno};
@@ -125,7 +126,8 @@ pub fn posix(of: &OpenFile, cmd: c_int, f: &mut libc::flock) -> Option<Res<c_int
     let lock = match f.l_type as c_int {
         libc::F_RDLCK => Some(false),
         libc::F_WRLCK => Some(true),
-        libc::F_UNLCK => None,
+        // F_GETLK asks about a lock: F_UNLCK is no question (EINVAL, as Linux says).
+        libc::F_UNLCK if cmd != libc::F_GETLK => None,
         _ => return Some(Err(libc::EINVAL)),
     };
     with(|files| {
@@ -149,6 +151,8 @@ pub fn to_kernel(of: &OpenFile) -> Res<()> {
     if !IN_PROCESS.load(Ordering::Acquire) {
         return Ok(());
     }
+    // A forked child cannot use its parent's pool, nor take over the parent's locks.
+    crate::session::fs()?;
     let fd = of.lock_fd()?;
     with(|files| {
         let fl = files.entry(key(of.handle)).or_default();
@@ -176,7 +180,11 @@ pub fn to_kernel(of: &OpenFile) -> Res<()> {
             if unsafe { crate::real::fcntl(fd, libc::F_SETLK, &mut k as *mut _ as libc::c_ulong) }
                 < 0
             {
-                return Err(errno());
+                // The kernel held none of the process's POSIX locks on the file before:
+                // take back what was handed over, and keep answering here.
+                let e = errno();
+                unlock_all(fd);
+                return Err(e);
             }
         }
         fl.ranges.clear();
@@ -185,17 +193,42 @@ pub fn to_kernel(of: &OpenFile) -> Res<()> {
     })
 }
 
-/// A descriptor of the file `h` names was closed: the process's POSIX locks on it are
-/// released (those the kernel holds go when its lock descriptor does).
-pub fn closed(h: Handle) {
-    if !IN_PROCESS.load(Ordering::Acquire) {
-        return;
-    }
-    with(|files| {
-        if files.get(&key(h)).is_some_and(|fl| !fl.kernel) {
-            files.remove(&key(h));
+/// Release every POSIX lock of the process on the lock file `fd` refers to.
+fn unlock_all(fd: c_int) {
+    let mut k = libc::flock {
+        l_type: libc::F_UNLCK as _,
+        l_whence: libc::SEEK_SET as _,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl on our lock descriptor with a local struct flock.
+    unsafe { crate::real::fcntl(fd, libc::F_SETLK, &mut k as *mut _ as libc::c_ulong) };
+}
+
+/// A descriptor of `of`'s file was closed: the process's POSIX locks on the file are
+/// released, as Linux does on any close (not only the description's last).
+pub fn closed(of: &OpenFile) {
+    if IN_PROCESS.load(Ordering::Acquire) {
+        let h = of.handle;
+        let answered_here = with(|files| match files.get(&key(h)) {
+            Some(fl) if !fl.kernel => {
+                files.remove(&key(h));
+                true
+            }
+            Some(_) => false,
+            None => true,
+        });
+        if answered_here {
+            return;
         }
-    });
+    }
+    // The kernel's: through this description's lock file if it has one (a description
+    // that never locked leaves them; compatibility.md says so).
+    let fd = of.lock_fd.load(Ordering::Acquire);
+    if fd >= 0 {
+        unlock_all(fd);
+    }
 }
 
 #[cfg(test)]

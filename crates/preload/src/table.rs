@@ -347,7 +347,7 @@ pub fn install(fd: c_int, of: Arc<OpenFile>) {
     if !old.is_null() {
         // SAFETY: the slot held this reference.
         let old = unsafe { Arc::from_raw(old) };
-        crate::reclocks::closed(old.handle);
+        crate::reclocks::closed(&old);
     }
 }
 
@@ -364,7 +364,7 @@ pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
     let old = (!old.is_null()).then(|| unsafe { Arc::from_raw(old) });
     if let Some(of) = &old {
         // Closing any descriptor of a file releases the process's POSIX locks on it.
-        crate::reclocks::closed(of.handle);
+        crate::reclocks::closed(of);
     }
     old
 }

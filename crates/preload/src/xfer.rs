@@ -109,6 +109,8 @@ pub unsafe extern "C" fn copy_file_range(
     fl: c_uint,
 ) -> ssize_t {
     crate::guarded!(-1, {
+        crate::desc::refuse_spare(fin)?;
+        crate::desc::refuse_spare(fout)?;
         if !table::is_ours(fin) && !table::is_ours(fout) {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::copy_file_range(fin, oin, fout, oout, n, fl) });
@@ -135,6 +137,8 @@ macro_rules! sendfiles {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     crate::guarded!(-1, {
+            crate::desc::refuse_spare(out)?;
+            crate::desc::refuse_spare(inp)?;
             if !table::is_ours(out) && !table::is_ours(inp) {
                 // SAFETY: forwarding unchanged.
                 return Ok(unsafe { real::$name(out, inp, off, n) });
@@ -160,6 +164,8 @@ pub unsafe extern "C" fn splice(
     fl: c_uint,
 ) -> ssize_t {
     crate::guarded!(-1, {
+        crate::desc::refuse_spare(fin)?;
+        crate::desc::refuse_spare(fout)?;
         if !table::is_ours(fin) && !table::is_ours(fout) {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::splice(fin, oin, fout, oout, n, fl) });

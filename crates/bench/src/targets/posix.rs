@@ -117,11 +117,17 @@ fn remove_stale_scratch(dir: &Path) {
     stale.sort_by_key(|(_, is_dir)| !is_dir);
     for (path, is_dir) in stale {
         if is_dir {
-            if mounted(&path)
-                && let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes())
-            {
+            if mounted(&path) {
+                let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+                    continue;
+                };
                 // SAFETY: a NUL-terminated path; detaching needs no other argument.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+                let r =
+                    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+                if r != 0 {
+                    // Still mounted: removing would reach into that file system.
+                    continue;
+                }
             }
             let _ = std::fs::remove_dir_all(&path);
         } else {

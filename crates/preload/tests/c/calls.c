@@ -222,6 +222,20 @@ static void locks(void) {
         _exit(0);
     }
     CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    section = "close releases POSIX locks";
+    /* Closing any descriptor of the file, a duplicate too, releases the process's POSIX
+     * locks on it (Linux); the description's own OFD lock stays. */
+    struct flock pl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 400, .l_len = 10};
+    CHECK(fcntl(a, F_SETLK, &pl) == 0);
+    struct flock ol = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 500, .l_len = 10};
+    CHECK(fcntl(a, F_OFD_SETLK, &ol) == 0);
+    int dupped = dup(a);
+    CHECK(dupped >= 0 && close(dupped) == 0);
+    struct flock probe = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 400, .l_len = 10};
+    CHECK(fcntl(b, F_OFD_GETLK, &probe) == 0 && probe.l_type == F_UNLCK);
+    probe = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 500, .l_len = 10};
+    CHECK(fcntl(b, F_OFD_GETLK, &probe) == 0 && probe.l_type == F_WRLCK);
     CHECK(close(a) == 0 && close(b) == 0);
 }
 

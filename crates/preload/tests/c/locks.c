@@ -70,6 +70,18 @@ int main(int argc, char **argv) {
     CHECK(setlk(k, F_OFD_SETLK, F_WRLCK, 20, 10) == 0); /* between the two */
     CHECK(setlk(k, F_OFD_SETLK, F_RDLCK, 1000, 1) == -1 && (errno == EAGAIN || errno == EACCES));
 
+    /* Once the kernel answers (an OFD lock was taken), closing a duplicate still releases
+     * the process's POSIX locks. */
+    int p = open_file(dir, "five");
+    int x = open_file(dir, "five");
+    CHECK(setlk(x, F_OFD_SETLK, F_RDLCK, 1000, 1) == 0);
+    CHECK(setlk(p, F_SETLK, F_WRLCK, 0, 10) == 0);
+    CHECK(getlk(x, F_OFD_GETLK, 0, 10) == F_WRLCK);
+    int q = dup(p);
+    CHECK(q >= 0 && close(q) == 0);
+    CHECK(getlk(x, F_OFD_GETLK, 0, 10) == F_UNLCK);
+    CHECK(setlk(x, F_OFD_SETLK, F_WRLCK, 0, 10) == 0);
+
     /* Bad requests fail as the kernel's do. */
     struct flock bad = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = -10};
     int m = open_file(dir, "four");
@@ -77,6 +89,8 @@ int main(int argc, char **argv) {
     bad.l_type = 42;
     bad.l_len = 1;
     CHECK(fcntl(m, F_SETLK, &bad) == -1 && errno == EINVAL);
+    bad.l_type = F_UNLCK;
+    CHECK(fcntl(m, F_GETLK, &bad) == -1 && errno == EINVAL);
     puts("LOCKS-OK");
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,14 @@ int main(int argc, char **argv) {
     CHECK(ioctl(fd, FIONREAD, &n) == -1 && errno == EBADF);
     CHECK(fdopen(fd, "r") == NULL && errno == EBADF);
     CHECK(fchdir(fd) == -1 && errno == EBADF);
+    CHECK(lockf(fd, F_TEST, 0) == -1 && errno == EBADF);
+    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_NORMAL) == EBADF);
+    CHECK(posix_fallocate(fd, 0, 1) == EBADF);
+    int other = open("/dev/zero", O_RDONLY | O_CLOEXEC); /* the kernel's */
+    CHECK(other >= 0 && other != fd);
+    CHECK(copy_file_range(other, NULL, fd, NULL, 1, 0) == -1 && errno == EBADF);
+    CHECK(sendfile(fd, other, NULL, 1) == -1 && errno == EBADF);
+    CHECK(close(other) == 0);
     CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
     CHECK(close(fd) == -1 && errno == EBADF);
     /* The next open takes the number, as the kernel would give it. */
