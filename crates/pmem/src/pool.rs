@@ -186,6 +186,11 @@ impl Pool {
         self.len
     }
 
+    /// The descriptor of the pool's file, kept open (it carries the pool's lock), if any.
+    pub fn descriptor(&self) -> Option<std::os::fd::RawFd> {
+        self.file.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -30,6 +30,7 @@ pub mod open;
 pub mod openfile;
 pub mod opguard;
 pub mod ops;
+pub mod ownfds;
 pub mod paths;
 pub mod printf;
 pub mod process;

@@ -234,8 +234,7 @@ fn shared(
             Ok(p)
         }
         Err(e) => {
-            // SAFETY: closing our backing descriptor.
-            unsafe { real::close(fd) };
+            crate::ownfds::close(fd);
             Err(e)
         }
     }
@@ -305,8 +304,8 @@ fn forget(m: Mapping) {
         if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {
             real::unlink(m.name.as_ptr());
         }
-        real::close(m.backing);
     }
+    crate::ownfds::close(m.backing);
     NMAPS.fetch_sub(1, Ordering::AcqRel);
 }
 

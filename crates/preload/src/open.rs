@@ -202,6 +202,10 @@ pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     crate::guarded!(-1, {
         if !table::is_ours(fd) {
+            if crate::ownfds::is_own(fd) {
+                // The shim's own: not open as far as the program knows.
+                return Err(libc::EBADF);
+            }
             if crate::desc::released(fd, fd) {
                 // A spare placeholder: closed as far as the program knows.
                 // SAFETY: closing the spare we just forgot.
@@ -230,8 +234,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             let _op = op();
             table::remove_range(first, last);
         }
-        // SAFETY: forwarding unchanged.
-        unsafe { real::close_range(first, last, flags) }
+        // Around the shim's own descriptors.
+        crate::ownfds::close_range_around(first, last, flags)
     })
 }
 
@@ -243,8 +247,13 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
             let _op = op();
             table::remove_range(low as u32, u32::MAX);
         }
-        // SAFETY: forwarding unchanged.
-        unsafe { real::closefrom(low) }
+        if low < 0 {
+            // SAFETY: forwarding unchanged.
+            unsafe { real::closefrom(low) };
+            return Ok(());
+        }
+        // Around the shim's own descriptors (closefrom ignores errors, as glibc's does).
+        crate::ownfds::close_range_around(low as c_uint, c_uint::MAX, 0);
     })
 }
 

@@ -229,11 +229,11 @@ impl Drop for OpenFile {
             release(epoch, rd);
         }
         let fd = self.lock_fd.load(Ordering::Acquire);
-        // SAFETY: unmapping our page and closing our lock descriptor; nothing uses either.
+        if fd >= 0 {
+            crate::ownfds::close(fd);
+        }
+        // SAFETY: unmapping our page; nothing uses it.
         unsafe {
-            if fd >= 0 {
-                real::close(fd);
-            }
             if self.is_published() {
                 desc::unmap(self.desc.load(Ordering::Acquire));
             }

@@ -126,6 +126,11 @@ fn connect_slow() -> Res<&'static Conn> {
     }
     match crate::util::with_low_fds_taken(|| connect(&mut s)) {
         Ok(fs) => {
+            // What the connection keeps open (its socket, the pool file whose lock makes
+            // the pool this process's alone) is the shim's own.
+            for fd in fs.descriptors() {
+                crate::ownfds::own(fd);
+            }
             let inside = fs.staying_inside();
             let c: &'static Conn = Box::leak(Box::new(Conn { fs, inside }));
             s.fs = Some(c);
@@ -158,8 +163,8 @@ fn forget_parent(s: &mut State, epoch: u64) {
     match s.mode {
         Mode::Daemon => {
             if s.sock_fd >= 0 {
-                // SAFETY: closing our copy of the parent's daemon socket.
-                unsafe { crate::real::close(s.sock_fd) };
+                // Our copy of the parent's daemon socket.
+                crate::ownfds::close(s.sock_fd);
                 s.sock_fd = -1;
             }
             s.failed = None;

@@ -170,20 +170,25 @@ pub fn warn(msg: &str) {
 /// shim's own descriptors are kept at or above it.
 pub const HIGH_FD: c_int = 64;
 
-/// Move one of the shim's own descriptors to `HIGH_FD` or above (close-on-exec).
+/// Move one of the shim's own descriptors to `HIGH_FD` or above (close-on-exec), and
+/// register it as the shim's own (`ownfds`: close it with `ownfds::close`).
 pub fn move_high(fd: c_int) -> c_int {
-    if !(0..HIGH_FD).contains(&fd) {
-        return fd;
-    }
-    // SAFETY: duplicating and closing our own descriptor with the real calls.
-    unsafe {
-        let hi = crate::real::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD as libc::c_ulong);
-        if hi < 0 {
-            return fd;
+    let fd = if (0..HIGH_FD).contains(&fd) {
+        // SAFETY: duplicating and closing our own descriptor with the real calls.
+        unsafe {
+            let hi = crate::real::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD as libc::c_ulong);
+            if hi < 0 {
+                fd
+            } else {
+                crate::real::close(fd);
+                hi
+            }
         }
-        crate::real::close(fd);
-        hi
-    }
+    } else {
+        fd
+    };
+    crate::ownfds::own(fd);
+    fd
 }
 
 /// Run `f` (which opens descriptors the shim keeps, inside EngramFS code that cannot be told

@@ -53,6 +53,12 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// The descriptors the connection keeps open (its socket and the server's region).
+    pub fn descriptors(&self) -> [std::os::fd::RawFd; 2] {
+        use std::os::fd::AsRawFd;
+        [self.stream.as_raw_fd(), self.common_fd.as_raw_fd()]
+    }
+
     pub fn connect(socket: &Path) -> Result<Remote> {
         let stream = UnixStream::connect(socket).map_err(|e| {
             Error::with_msg(

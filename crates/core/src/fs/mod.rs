@@ -206,6 +206,17 @@ impl Fs {
         &self.core.pool
     }
 
+    /// The descriptors this file system keeps open: the pool file's, and through a daemon
+    /// the connection's (a program that closes descriptors it did not open, such as
+    /// the LD_PRELOAD shim's host program, must be kept from these).
+    pub fn descriptors(&self) -> Vec<std::os::fd::RawFd> {
+        let mut v: Vec<_> = self.core.pool.descriptor().into_iter().collect();
+        if let Transport::Remote(r) = &self.core.transport {
+            v.extend(r.descriptors());
+        }
+        v
+    }
+
     /// Byte ranges of the pool the last committed record stored to in place and the server
     /// has not written back yet (they go with the next record's fence: `oplog::Unflushed`).
     /// In-process only (empty through the daemon); the crash harness checks that nothing

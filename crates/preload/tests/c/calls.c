@@ -744,20 +744,40 @@ static void descriptor_numbers(void) {
     CHECK(fcntl(f, F_GETFD) == -1 && errno == EBADF);
     int g = open(M "/num", O_RDONLY | O_CLOEXEC);
     CHECK(g == e && read(g, &ch, 1) == 1 && ch == 'n' && close(g) == 0);
-    /* A child that closes every descriptor but 0-2 (the shim's connection too) and goes on
-     * using the pool does not hang: EIO once the daemon has seen the connection go (a
-     * request that reached it before is served). */
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        struct stat cst;
-        if (stat(M "/num", &cst) != 0 || closefrom_(3) != 0)
-            _exit(2);
-        int k = open(M "/after-closefrom", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        _exit(k >= 0 || errno == EIO ? 0 : 3);
+    /* A child that closes every descriptor but 0-2, with closefrom, close_range or a loop of
+     * close, goes on using the pool: the shim's own descriptors (its daemon connection) are
+     * not the program's to close. */
+    for (int how = 0; how < 3; how++) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            struct stat cst;
+            if (stat(M "/num", &cst) != 0)
+                _exit(2);
+            if (how == 0 && closefrom_(3) != 0)
+                _exit(3);
+            if (how == 1 && close_range(3, ~0U, 0) != 0)
+                _exit(4);
+            if (how == 2)
+                for (int fd = 3; fd < 4096; fd++)
+                    close(fd);
+            char name[64];
+            snprintf(name, sizeof name, M "/after-close-%d", how);
+            int k = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            char back[3] = {0};
+            if (k < 0 || write(k, "ok", 2) != 2 || pread(k, back, 2, 0) != 2 ||
+                strcmp(back, "ok") != 0 || close(k) != 0)
+                _exit(5);
+            /* Numbers the program opens now are its own to close. */
+            int z = open("/dev/null", O_RDONLY);
+            _exit(z >= 0 && close(z) == 0 ? 0 : 6);
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+        if (WEXITSTATUS(status) != 0)
+            fprintf(stderr, "close variant %d: child exit %d\n", how, WEXITSTATUS(status));
+        CHECK(WEXITSTATUS(status) == 0);
     }
-    int status;
-    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* Without O_CLOEXEC: inheritable, still the lowest number. */
     int h = open(M "/num", O_RDONLY);
     CHECK(h == e && (fcntl(h, F_GETFD) & FD_CLOEXEC) == 0 && close(h) == 0);
