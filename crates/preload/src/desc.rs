@@ -76,8 +76,14 @@ static NULL_FD: AtomicI32 = AtomicI32::new(-1);
 /// call closes or replaces it).
 pub fn released(first: c_int, last: c_int) -> bool {
     let fd = NULL_FD.load(Ordering::Relaxed);
-    if fd >= 0 && (first..=last).contains(&fd) {
-        let _ = NULL_FD.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed);
+    if fd >= 0
+        && (first..=last).contains(&fd)
+        && NULL_FD
+            .compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        // The program's from now on (dup2 onto the number).
+        crate::ownfds::disown(fd);
     }
     let mut any = false;
     for s in &SPARE {

@@ -34,11 +34,16 @@ pub fn is_own(fd: c_int) -> bool {
     bit(fd).is_some_and(|(w, b)| OWN[w].load(Ordering::Acquire) & b != 0)
 }
 
-/// Close one of the shim's own descriptors.
-pub fn close(fd: c_int) {
+/// `fd` is no longer the shim's (the program replaced it, with dup2 onto its number).
+pub fn disown(fd: c_int) {
     if let Some((w, b)) = bit(fd) {
         OWN[w].fetch_and(!b, Ordering::AcqRel);
     }
+}
+
+/// Close one of the shim's own descriptors.
+pub fn close(fd: c_int) {
+    disown(fd);
     // SAFETY: closing our own descriptor with the real call.
     unsafe { real::close(fd) };
 }

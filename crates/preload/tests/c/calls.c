@@ -744,6 +744,22 @@ static void descriptor_numbers(void) {
     CHECK(fcntl(f, F_GETFD) == -1 && errno == EBADF);
     int g = open(M "/num", O_RDONLY | O_CLOEXEC);
     CHECK(g == e && read(g, &ch, 1) == 1 && ch == 'n' && close(g) == 0);
+    /* dup2 onto one of the shim's own numbers (its /dev/null, found as the kernel lists it)
+     * makes the number the program's: its close then closes it. */
+    int shims_null = -1;
+    for (int fd = 64; fd < 1024 && shims_null < 0; fd++) {
+        char link[64], target[64] = {0};
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        if (readlink(link, target, sizeof target - 1) > 0 && strcmp(target, "/dev/null") == 0)
+            shims_null = fd;
+    }
+    CHECK(shims_null >= 64);
+    CHECK(close(shims_null) == -1 && errno == EBADF); /* not the program's */
+    int mine = open(real_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(mine >= 0 && dup2(mine, shims_null) == shims_null);
+    CHECK(close(shims_null) == 0 && close(mine) == 0);
+    int again = open(M "/num", O_RDONLY | O_CLOEXEC); /* the shim opens another /dev/null */
+    CHECK(again >= 0 && close(again) == 0);
     /* A child that closes every descriptor but 0-2, with closefrom, close_range or a loop of
      * close, goes on using the pool: the shim's own descriptors (its daemon connection) are
      * not the program's to close. */
