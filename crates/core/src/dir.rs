@@ -261,6 +261,19 @@ pub struct LeafLoc {
     pub parent: Parent,
 }
 
+/// Start fetching the inner node slot that `hash` reads below the root, the first line of
+/// a large directory's walk that is likely not cached (the root node is read by every
+/// lookup). Only a prefetch: nothing is checked or trusted.
+pub fn prefetch_walk(pool: &Pool, geo: &Geometry, root: u64, hash: u64) {
+    if root == 0 || is_leaf(root) || !geo.is_meta_page(root) {
+        return;
+    }
+    let child = pool.load_u64(root + slot_index(hash, 0) * 8);
+    if child != 0 && !is_leaf(child) && geo.is_meta_page(child) {
+        pool.prefetch(child + slot_index(hash, 1) * 8);
+    }
+}
+
 /// The leaf a hash belongs to. Only a split needs the leaf's slot range in its parent
 /// (`with_range`); lookups skip scanning for it.
 fn find_leaf(

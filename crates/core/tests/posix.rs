@@ -138,6 +138,38 @@ fn open_creat_excl_trunc() {
     assert_clean(&fs);
 }
 
+/// In a directory of 4,096 entries or more an exclusive create makes its inode before the
+/// lookup (architecture.md item 19): a name that exists gives EEXIST and gives the inode
+/// back, and the creates that succeed are whole files, across a remount too.
+#[test]
+fn exclusive_create_in_a_large_directory() {
+    let (p, fs) = new_fs("bigexcl", 64);
+    fs.mkdir("/big", 0o755).unwrap();
+    let excl = OpenOptions::new().write(true).create_new(true);
+    for i in 0..5000 {
+        drop(fs.open_file(format!("/big/f{i}"), &excl).unwrap());
+    }
+    let free = fs.statfs().unwrap().files_free;
+    for i in (0..5000).step_by(97) {
+        assert_errno(fs.open_file(format!("/big/f{i}"), &excl), EEXIST);
+    }
+    assert_eq!(
+        fs.statfs().unwrap().files_free,
+        free,
+        "EEXIST gave the inode back"
+    );
+    let f = fs.open_file("/big/new", &excl).unwrap();
+    f.write_at(b"data", 0).unwrap();
+    drop(f);
+    assert_eq!(fs.statfs().unwrap().files_free, free - 1);
+    assert_eq!(fs.stat("/big").unwrap().size, 5001);
+    assert_clean(&fs);
+    let fs = remount(&p, fs);
+    assert_eq!(fs.read_file("/big/new").unwrap(), b"data");
+    assert_eq!(fs.statfs().unwrap().files_free, free - 1);
+    assert_clean(&fs);
+}
+
 #[test]
 fn open_creat_through_dangling_symlink_creates_target() {
     let (_p, fs) = new_fs("dangling", 16);

@@ -14,6 +14,9 @@ mod rename;
 
 pub const LINK_MAX: u32 = 65000;
 
+/// Directories from this size make an exclusive create's inode before its lookup.
+const EARLY_INODE_ENTRIES: u64 = 4096;
+
 /// A name is one path component: 1..=255 bytes, no '/' or NUL, not "." or "..".
 pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > dir::NAME_MAX {
@@ -51,7 +54,7 @@ const MAX_STAGED: usize = 2;
 impl Server {
     /// `name` in directory `dino` (whose inode is `d`).
     fn lookup(&self, dino: u64, d: &InodeData, name: &[u8]) -> Result<Option<Found>> {
-        let hash = self.prefetch_leaf(dino, name);
+        let hash = self.prefetch_leaf(dino, d.root, name);
         let found = dir::find(&self.pool, &self.geo, d.root, name, hash)?;
         if let Some(f) = &found {
             self.dir_hints
@@ -63,7 +66,18 @@ impl Server {
 
     /// `lookup`, and where a new entry of the name would go (see `dir::probe`).
     fn probe(&self, dino: u64, d: &InodeData, name: &[u8]) -> Result<(Option<Found>, Space)> {
-        let hash = self.prefetch_leaf(dino, name);
+        let hash = self.prefetch_leaf(dino, d.root, name);
+        self.probe_hashed(dino, d, name, hash)
+    }
+
+    /// `probe` once `prefetch_leaf` gave the name's hash.
+    fn probe_hashed(
+        &self,
+        dino: u64,
+        d: &InodeData,
+        name: &[u8],
+        hash: u64,
+    ) -> Result<(Option<Found>, Space)> {
         let (found, space) = dir::probe(&self.pool, &self.geo, d.root, name, hash)?;
         let leaf = match (&found, &space) {
             (Some(f), _) => Some(f.leaf),
@@ -77,13 +91,15 @@ impl Server {
         Ok((found, space))
     }
 
-    /// The name's hash, after starting to fetch the header of the leaf it was last found in
-    /// (`dir::Hints`), so that the fetch overlaps the walk down to that leaf.
-    fn prefetch_leaf(&self, dino: u64, name: &[u8]) -> u64 {
+    /// The name's hash, after starting to fetch the two lines a large directory's lookup
+    /// misses on: the header of the leaf the name was last found in (`dir::Hints`) and the
+    /// inner node slot below the root (`dir::prefetch_walk`), so that they arrive together.
+    fn prefetch_leaf(&self, dino: u64, root: u64, name: &[u8]) -> u64 {
         let hash = dir::name_hash(name);
         if let Some(leaf) = self.dir_hints.borrow_mut().leaf(dino, hash) {
             self.pool.prefetch(leaf);
         }
+        dir::prefetch_walk(&self.pool, &self.geo, root, hash);
         hash
     }
 
@@ -252,19 +268,28 @@ impl Server {
         (p, space): (&InodeData, Space),
         name: &[u8],
         mode: u32,
-        target: Option<&[u8]>,
+        (target, early): (Option<&[u8]>, Option<(Handle, InodeData)>),
     ) -> Result<Handle> {
-        perm::check(c, p, W | X)?;
-        let is_dir = mode & S_IFMT == S_IFDIR;
-        if is_dir && p.nlink >= LINK_MAX {
-            return Err(Error::EMLINK);
-        }
-        let (places, _) = self.find_places(&[(parent.ino, name)], Some(space))?;
-        let now = self.now();
         let (mut out, mut fresh) = self.take_bufs();
-        let result = (|| {
-            let (h, mut d) = self.new_inode(c, (parent.ino, p), mode, now)?;
+        if let Some((h, _)) = &early {
             fresh.push(Item::Inode(h.ino));
+        }
+        let result = (|| {
+            perm::check(c, p, W | X)?;
+            let is_dir = mode & S_IFMT == S_IFDIR;
+            if is_dir && p.nlink >= LINK_MAX {
+                return Err(Error::EMLINK);
+            }
+            let (places, _) = self.find_places(&[(parent.ino, name)], Some(space))?;
+            let now = self.now();
+            let (h, mut d) = match early {
+                Some(made) => made,
+                None => {
+                    let made = self.new_inode(c, (parent.ino, p), mode, now)?;
+                    fresh.push(Item::Inode(made.0.ino));
+                    made
+                }
+            };
             if let Some(t) = target {
                 self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?;
             }
@@ -324,7 +349,27 @@ impl Server {
     ) -> Result<Response> {
         check_name(name)?;
         let p = self.dir_inode(parent)?;
-        let (found, space) = self.probe(parent.ino, &p, name)?;
+        let mode = S_IFREG | (mode & 0o7777);
+        let hash = self.prefetch_leaf(parent.ino, p.root, name);
+        // In a large directory the lookup waits for memory (an inner node's slot, then the
+        // leaf's header: architecture.md item 19): an exclusive create, which almost always
+        // makes its inode, makes it now, while those lines arrive.
+        let early = if excl && p.size >= EARLY_INODE_ENTRIES {
+            let now = self.now();
+            Some(self.new_inode(c, (parent.ino, &p), mode, now)?)
+        } else {
+            None
+        };
+        let probed = self.probe_hashed(parent.ino, &p, name, hash);
+        let (found, space) = match probed {
+            Ok((None, space)) => (None, space),
+            other => {
+                if let Some((h, _)) = early {
+                    self.release(&mut vec![Item::Inode(h.ino)]);
+                }
+                other?
+            }
+        };
         if let Some(d) = found {
             if excl {
                 return Err(Error::EEXIST);
@@ -338,8 +383,7 @@ impl Server {
                 created: false,
             });
         }
-        let mode = S_IFREG | (mode & 0o7777);
-        let handle = self.make_node(c, parent, (&p, space), name, mode, None)?;
+        let handle = self.make_node(c, parent, (&p, space), name, mode, (None, early))?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -355,7 +399,7 @@ impl Server {
     ) -> Result<Response> {
         let (p, space) = self.parent_of_new(parent, name)?;
         let mode = S_IFDIR | (mode & 0o1777);
-        let handle = self.make_node(c, parent, (&p, space), name, mode, None)?;
+        let handle = self.make_node(c, parent, (&p, space), name, mode, (None, None))?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -376,7 +420,14 @@ impl Server {
             return Err(Error::ENAMETOOLONG);
         }
         let (p, space) = self.parent_of_new(parent, name)?;
-        let handle = self.make_node(c, parent, (&p, space), name, S_IFLNK | 0o777, Some(target))?;
+        let handle = self.make_node(
+            c,
+            parent,
+            (&p, space),
+            name,
+            S_IFLNK | 0o777,
+            (Some(target), None),
+        )?;
         Ok(Response::Entry {
             handle,
             created: true,
