@@ -163,8 +163,19 @@ fn dev_null() -> Res<c_int> {
         return Err(errno());
     }
     let fd = crate::util::move_high(fd);
-    NULL_FD.store(fd, Ordering::Release);
-    Ok(fd)
+    match NULL_FD.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Ok(fd),
+        Err(other) => {
+            // Another thread opened one first.
+            crate::ownfds::close(fd);
+            Ok(other)
+        }
+    }
+}
+
+/// The shim's /dev/null, if open (dup2 onto its number is the program's to do).
+pub fn null_fd() -> c_int {
+    NULL_FD.load(Ordering::Acquire)
 }
 
 /// A new descriptor number (the lowest free, as open gives) for a private description.

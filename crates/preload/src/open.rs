@@ -242,17 +242,14 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(low: c_int) {
     crate::guarded!((), {
-        if low >= 0 {
-            crate::desc::released(low, c_int::MAX);
+        let low = low.max(0);
+        crate::desc::released(low, c_int::MAX);
+        {
             let _op = op();
             table::remove_range(low as u32, u32::MAX);
         }
-        if low < 0 {
-            // SAFETY: forwarding unchanged.
-            unsafe { real::closefrom(low) };
-            return Ok(());
-        }
-        // Around the shim's own descriptors (closefrom ignores errors, as glibc's does).
+        // Around the shim's own descriptors (closefrom ignores errors, as glibc's does, and
+        // takes a negative number as 0).
         crate::ownfds::close_range_around(low as c_uint, c_uint::MAX, 0);
     })
 }
@@ -293,6 +290,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     crate::guarded!(-1, {
+        crate::ownfds::refuse_taking(new)?;
         if !table::is_ours(old) && !table::is_ours(new) {
             crate::desc::refuse_spare(old)?;
             crate::desc::released(new, new);
@@ -313,6 +311,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     crate::guarded!(-1, {
+        crate::ownfds::refuse_taking(new)?;
         if !table::is_ours(old) && !table::is_ours(new) {
             crate::desc::refuse_spare(old)?;
             crate::desc::released(new, new);

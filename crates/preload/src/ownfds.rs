@@ -48,11 +48,41 @@ pub fn close(fd: c_int) {
     unsafe { real::close(fd) };
 }
 
+/// EBUSY for a `dup2`/`dup3` onto one of the shim's own numbers but its /dev/null (which
+/// the shim replaces when it goes): the shim's socket, pool file, lock and mapping files
+/// are used by their numbers, so the program cannot have one.
+pub fn refuse_taking(fd: c_int) -> crate::util::Res<()> {
+    if is_own(fd) && fd != crate::desc::null_fd() {
+        Err(libc::EBUSY)
+    } else {
+        Ok(())
+    }
+}
+
+const KNOWN_FLAGS: c_int = (libc::CLOSE_RANGE_CLOEXEC | libc::CLOSE_RANGE_UNSHARE) as c_int;
+
 /// The program's `close_range(first, last, flags)`: the real call on each stretch between
-/// the shim's own descriptors. The first failure is returned (-1, errno set).
+/// the shim's own descriptors (-1 and errno on the first failure, as the real call gives).
 pub fn close_range_around(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let mut from = first;
+    if first > last || flags & !KNOWN_FLAGS != 0 {
+        // SAFETY: forwarding unchanged: the kernel gives EINVAL.
+        return unsafe { real::close_range(first, last, flags) };
+    }
+    if flags & libc::CLOSE_RANGE_UNSHARE as c_int != 0 {
+        // Unshared once, then the stretches are closed in the private table.
+        // SAFETY: unshare of the descriptor table takes no pointers.
+        if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+            return -1;
+        }
+    }
+    let flags = flags & libc::CLOSE_RANGE_CLOEXEC as c_int;
     let mut result = 0;
+    let mut stretch = |from: c_uint, to: c_uint| {
+        if close_stretch(from, to, flags) != 0 && result == 0 {
+            result = -1;
+        }
+    };
+    let mut from = first;
     let top = last.min((WORDS * 64 - 1) as c_uint);
     let mut fd = first;
     while fd <= top {
@@ -68,21 +98,47 @@ pub fn close_range_around(first: c_uint, last: c_uint, flags: c_int) -> c_int {
             break;
         }
         if at > from {
-            // SAFETY: closing the program's descriptors with the real call.
-            if unsafe { real::close_range(from, at - 1, flags) } != 0 && result == 0 {
-                result = -1;
-            }
+            stretch(from, at - 1);
         }
         from = at + 1;
         fd = at + 1;
     }
     if from <= last {
-        // SAFETY: as above.
-        if unsafe { real::close_range(from, last, flags) } != 0 && result == 0 {
-            result = -1;
-        }
+        stretch(from, last);
     }
     result
+}
+
+/// The real close_range on `[from, to]`; on kernels without it (before 5.9: ENOSYS), each
+/// open descriptor in the range one by one, as glibc's closefrom does.
+fn close_stretch(from: c_uint, to: c_uint, flags: c_int) -> c_int {
+    // SAFETY: closing (or marking) the program's descriptors with the real call.
+    let r = unsafe { real::close_range(from, to, flags) };
+    if r == 0 || crate::util::errno() != libc::ENOSYS {
+        return r;
+    }
+    let open: Vec<c_uint> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| (from..=to).contains(&fd) && !is_own(fd as c_int))
+        .collect();
+    for fd in open {
+        // SAFETY: as above, one descriptor at a time.
+        unsafe {
+            if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+                real::fcntl(
+                    fd as c_int,
+                    libc::F_SETFD,
+                    libc::FD_CLOEXEC as libc::c_ulong,
+                );
+            } else {
+                real::close(fd as c_int);
+            }
+        }
+    }
+    0
 }
 
 #[cfg(test)]

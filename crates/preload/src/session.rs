@@ -71,8 +71,6 @@ struct State {
     epoch: u64,
     failed: Option<c_int>,
     mode: Mode,
-    /// The daemon connection's socket descriptor (closed in a forked child).
-    sock_fd: c_int,
     pool_id: u64,
 }
 
@@ -81,7 +79,6 @@ static STATE: Mutex<State> = Mutex::new(State {
     epoch: 0,
     failed: None,
     mode: Mode::None,
-    sock_fd: -1,
     pool_id: 0,
 });
 
@@ -158,15 +155,16 @@ pub fn pool_id() -> u64 {
 /// would send its requests from this process).
 fn forget_parent(s: &mut State, epoch: u64) {
     s.epoch = epoch;
-    // Leaked: never used nor dropped here.
-    s.fs = None;
+    // Leaked: never used nor dropped here. Its descriptors (the parent's daemon socket and
+    // region, or the pool file whose lock the parent's copy and mapping keep) are closed in
+    // the child, so that they do not pile up with each generation of forks.
+    if let Some(old) = s.fs.take() {
+        for fd in old.fs.descriptors() {
+            crate::ownfds::close(fd);
+        }
+    }
     match s.mode {
         Mode::Daemon => {
-            if s.sock_fd >= 0 {
-                // Our copy of the parent's daemon socket.
-                crate::ownfds::close(s.sock_fd);
-                s.sock_fd = -1;
-            }
             s.failed = None;
         }
         Mode::InProcess => {
@@ -196,7 +194,6 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
             )
         })?;
         s.mode = Mode::Daemon;
-        s.sock_fd = find_socket_fd(sock);
         s.pool_id = fs
             .remote()
             .map(|r| fnv(&r.hello.pool_path))
@@ -221,40 +218,6 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
     let canon = std::fs::canonicalize(&cfg.pool).unwrap_or_else(|_| cfg.pool.clone());
     s.pool_id = fnv(canon.as_os_str().as_encoded_bytes());
     Ok(fs)
-}
-
-/// The descriptor of the socket connected to `path` (the daemon connection just made).
-fn find_socket_fd(path: &std::path::Path) -> c_int {
-    let want = path.as_os_str().as_encoded_bytes();
-    for fd in (0..1024).rev() {
-        // SAFETY: fstat into a local buffer.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { crate::real::fstat(fd, &mut st) } != 0
-            || st.st_mode & libc::S_IFMT != libc::S_IFSOCK
-        {
-            continue;
-        }
-        // SAFETY: getpeername into a local sockaddr_un of the length given.
-        let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        // SAFETY: as above.
-        let r =
-            unsafe { libc::getpeername(fd, &mut sa as *mut _ as *mut libc::sockaddr, &mut len) };
-        if r != 0 {
-            continue;
-        }
-        let name: Vec<u8> = sa
-            .sun_path
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        if name == want {
-            return fd;
-        }
-    }
-    -1
 }
 
 /// At exit, unmount a pool this process opened itself (cleanly: no recovery next time).

@@ -760,6 +760,19 @@ static void descriptor_numbers(void) {
     CHECK(close(shims_null) == 0 && close(mine) == 0);
     int again = open(M "/num", O_RDONLY | O_CLOEXEC); /* the shim opens another /dev/null */
     CHECK(again >= 0 && close(again) == 0);
+    /* The shim's daemon socket cannot be taken with dup2 (its number is how the shim talks
+     * to the daemon); close_range's own errors stay the kernel's. */
+    int shims_socket = -1;
+    for (int fd = 64; fd < 1024 && shims_socket < 0; fd++) {
+        char link[64], target[64] = {0};
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        if (readlink(link, target, sizeof target - 1) > 0 && strncmp(target, "socket:", 7) == 0)
+            shims_socket = fd;
+    }
+    CHECK(shims_socket >= 64);
+    CHECK(dup2(0, shims_socket) == -1 && errno == EBUSY);
+    CHECK(close_range(10, 5, 0) == -1 && errno == EINVAL);
+    CHECK(close_range(1000, 1001, 1u << 30) == -1 && errno == EINVAL);
     /* A child that closes every descriptor but 0-2, with closefrom, close_range or a loop of
      * close, goes on using the pool: the shim's own descriptors (its daemon connection) are
      * not the program's to close. */
