@@ -45,15 +45,14 @@ fn lock(of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
             }
             _ => {}
         }
-        let f = absolute(of, user)?;
+        let mut f = absolute(of, user)?;
         match cmd {
             libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK => {
-                let mut mine = f;
-                if let Some(r) = crate::reclocks::posix(of, cmd, &mut mine) {
+                if let Some(r) = crate::reclocks::posix(of, cmd, &mut f) {
                     let r = r?;
                     if cmd == libc::F_GETLK {
                         // Nothing conflicts: F_UNLCK, the other fields as given.
-                        user.l_type = mine.l_type;
+                        user.l_type = f.l_type;
                     }
                     return Ok(r);
                 }

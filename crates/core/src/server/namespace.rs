@@ -361,15 +361,13 @@ impl Server {
             None
         };
         let probed = self.probe_hashed(parent.ino, &p, name, hash);
-        let (found, space) = match probed {
-            Ok((None, space)) => (None, space),
-            other => {
-                if let Some((h, _)) = early {
-                    self.release(&mut vec![Item::Inode(h.ino)]);
-                }
-                other?
-            }
-        };
+        // Made for nothing (the name exists, or the lookup failed): give it back.
+        if let Some((h, _)) = early
+            && !matches!(probed, Ok((None, _)))
+        {
+            self.release(&mut vec![Item::Inode(h.ino)]);
+        }
+        let (found, space) = probed?;
         if let Some(d) = found {
             if excl {
                 return Err(Error::EEXIST);
