@@ -59,6 +59,9 @@ impl PoolDir {
             std::process::id()
         ));
         let on_signal = crate::signals::mount(&dir);
+        // Free 2 MiB blocks for the pools' pages before they are made (see
+        // `targets::engram::mkfs_populated`).
+        compact_memory();
         match mount_huge(&dir) {
             Ok(()) => {
                 println!(
@@ -94,6 +97,38 @@ pub fn current() -> PathBuf {
     current
         .upgrade()
         .map_or_else(|| PathBuf::from(SHM), |d| d.dir.clone())
+}
+
+/// Bytes of the shared file mapping at `addr` (`len` bytes) that are mapped with 4 KiB
+/// pages rather than 2 MiB ones, from /proc/self/smaps; None if it cannot tell (no such
+/// file, or the mapping is not listed).
+pub fn small_page_bytes(addr: *const u8, len: u64) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let start = format!("{:x}-", addr as usize);
+    let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+    lines.next()?;
+    let kib = |name: &str, l: &str| -> Option<u64> {
+        let v = l.strip_prefix(name)?.trim().strip_suffix("kB")?;
+        v.trim().parse::<u64>().ok().map(|k| k << 10)
+    };
+    let (mut rss, mut huge) = (None, None);
+    // The mapping's fields run up to the next mapping's header (a line without a colon
+    // after its first word).
+    for l in lines.take_while(|l| {
+        l.split_whitespace()
+            .next()
+            .is_some_and(|w| w.ends_with(':'))
+    }) {
+        rss = rss.or_else(|| kib("Rss:", l));
+        huge = huge.or_else(|| kib("ShmemPmdMapped:", l));
+    }
+    Some(rss?.min(len).saturating_sub(huge?))
+}
+
+/// Ask the kernel to compact free memory into 2 MiB blocks (root only); true if it was
+/// asked.
+pub fn compact_memory() -> bool {
+    std::fs::write("/proc/sys/vm/compact_memory", "1").is_ok()
 }
 
 /// Mount a tmpfs with huge pages on `dir` (created), capped at the size of /dev/shm so that
@@ -138,5 +173,28 @@ impl Drop for PoolDir {
             let _ = umount(false).or_else(|_| umount(true));
             let _ = std::fs::remove_dir(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool file on /dev/shm (4 KiB pages), faulted in: every byte of it counts as small
+    /// pages, and a range of it that is not mapped is not found.
+    #[test]
+    fn small_pages_of_a_mapping_are_counted() {
+        let path = PathBuf::from(format!("{SHM}/engram-bench-smaps-{}", std::process::id()));
+        let len = 4u64 << 20;
+        std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+        let pool = engram_pmem::Pool::open(&path).unwrap();
+        pool.prefault(0, len);
+        assert_eq!(small_page_bytes(pool.as_ptr(), len), Some(len));
+        // SAFETY: only the address is formed (one page past the mapping's start), never
+        // dereferenced.
+        let inside = unsafe { pool.as_ptr().add(4096) };
+        assert_eq!(small_page_bytes(inside, len), None);
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
     }
 }
