@@ -28,8 +28,10 @@ pub const S_IFREG: u32 = libc::S_IFREG;
 pub const S_IFDIR: u32 = libc::S_IFDIR;
 pub const S_IFLNK: u32 = libc::S_IFLNK;
 
-/// A snapshot of an inode's fields.
+/// A snapshot of an inode's fields, laid out as the record is (checked below), so that
+/// decoding is one copy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct InodeData {
     pub mode: u32,
     pub nlink: u32,
@@ -82,26 +84,45 @@ impl InodeData {
         b
     }
 
+    /// The fields of the record at the start of `b` (at least `field::INLINE` bytes).
+    ///
+    /// One unaligned copy of the record's bytes, not a load and a store per field: a
+    /// snapshot built field by field is later copied whole with wider loads, which cannot
+    /// take their bytes from the narrower stores still in the store buffer and wait for
+    /// them to reach the cache (a stat through the shim copied it twice).
     pub fn decode(b: &[u8]) -> InodeData {
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        InodeData {
-            mode: u32_at(0),
-            nlink: u32_at(4),
-            uid: u32_at(8),
-            gid: u32_at(12),
-            size: u64_at(16),
-            atime: u64_at(24) as i64,
-            mtime: u64_at(32) as i64,
-            ctime: u64_at(40) as i64,
-            root: u64_at(48),
-            height: u32_at(56),
-            generation: u32_at(60),
-            blocks: u64_at(64),
-            parent: u64_at(72),
-        }
+        let b = &b[..RECORD_FIELDS];
+        // SAFETY: `b` holds RECORD_FIELDS bytes; InodeData is repr(C) with exactly the
+        // record's fields at the record's offsets and no padding (asserted at compile time
+        // below), every field is a plain integer (any bit pattern is valid), and the record
+        // is little-endian like x86_64, the only target of engram-pmem.
+        unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<InodeData>()) }
     }
 }
+
+/// Bytes of the record that `InodeData` holds: everything before the inline target.
+const RECORD_FIELDS: usize = field::INLINE as usize;
+
+// `InodeData::decode` copies the record as it lies: the struct must be the record.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<InodeData>() == RECORD_FIELDS);
+    assert!(offset_of!(InodeData, mode) == field::MODE as usize);
+    assert!(offset_of!(InodeData, nlink) == field::NLINK as usize);
+    assert!(offset_of!(InodeData, uid) == field::UID as usize);
+    assert!(offset_of!(InodeData, gid) == field::GID as usize);
+    assert!(offset_of!(InodeData, size) == field::SIZE as usize);
+    assert!(offset_of!(InodeData, atime) == field::ATIME as usize);
+    assert!(offset_of!(InodeData, mtime) == field::MTIME as usize);
+    assert!(offset_of!(InodeData, ctime) == field::CTIME as usize);
+    assert!(offset_of!(InodeData, root) == field::ROOT as usize);
+    assert!(offset_of!(InodeData, height) == field::HEIGHT as usize);
+    assert!(offset_of!(InodeData, generation) == field::GENERATION as usize);
+    assert!(offset_of!(InodeData, blocks) == field::BLOCKS as usize);
+    assert!(offset_of!(InodeData, parent) == field::PARENT as usize);
+    #[cfg(not(target_endian = "little"))]
+    panic!("inode records are little-endian");
+};
 
 /// Read an inode record as it is now (callers that race with the server validate with the
 /// inode's sequence counter).

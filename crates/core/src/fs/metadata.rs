@@ -4,21 +4,27 @@ use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What `stat` reports.
+///
+/// The fields from `mode` to `ctime_ns` are in the inode record's order (`InodeData`), so
+/// that `from_inode` copies them as one block: a caller that then reads two neighbours
+/// with one load (uid and gid, for `st_uid`/`st_gid`) finds them in one store, which the
+/// store buffer can forward, not in two, which it cannot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Metadata {
-    pub ino: u64,
     pub mode: u32,
     pub nlink: u32,
     pub uid: u32,
     pub gid: u32,
     /// Bytes for files and symlinks; the number of entries for directories.
     pub size: u64,
-    /// 512-byte units held, as `st_blocks`.
-    pub blocks: u64,
-    pub blksize: u64,
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    pub ino: u64,
+    /// 512-byte units held, as `st_blocks`.
+    pub blocks: u64,
+    pub blksize: u64,
 }
 
 fn to_time(ns: i64) -> SystemTime {
@@ -32,17 +38,17 @@ fn to_time(ns: i64) -> SystemTime {
 impl Metadata {
     pub(crate) fn from_inode(ino: u64, d: &InodeData) -> Metadata {
         Metadata {
-            ino,
             mode: d.mode,
             nlink: d.nlink,
             uid: d.uid,
             gid: d.gid,
             size: d.size,
-            blocks: d.blocks * 8,
-            blksize: crate::layout::PAGE,
             atime_ns: d.atime,
             mtime_ns: d.mtime,
             ctime_ns: d.ctime,
+            ino,
+            blocks: d.blocks * 8,
+            blksize: crate::layout::PAGE,
         }
     }
 

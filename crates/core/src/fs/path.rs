@@ -132,7 +132,9 @@ impl Fs {
     }
 
     /// `stat_inside` of a path relative to the directory `dir` (the root when None or when
-    /// the path is absolute).
+    /// the path is absolute). Inline: the shim then fills `struct stat` straight from the
+    /// walk's result, without a `Metadata` stored in between and reloaded in other widths.
+    #[inline]
     pub fn stat_inside_from(
         &self,
         dir: Option<Handle>,

@@ -190,7 +190,9 @@ impl Fs {
         }
     }
 
-    /// The whole inode the walk stands on, or None if it is stale.
+    /// The whole inode the walk stands on, or None if it is stale. Inline: returned through
+    /// memory, the snapshot was stored and reloaded in different widths (a stall each).
+    #[inline(always)]
     fn full(&self, at: At) -> Option<InodeData> {
         let core = &*self.core;
         let seqs = &core.shared.seqs;
