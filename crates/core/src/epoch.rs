@@ -283,11 +283,13 @@ impl SeqTable {
     }
 
     /// Wait for a stable (even) value and return it.
+    #[inline]
     pub fn read_begin(&self, ino: u64) -> u64 {
         self.counter(ino).begin()
     }
 
     /// True if what was read since `read_begin` returned `v` is consistent.
+    #[inline]
     pub fn read_ok(&self, ino: u64, v: u64) -> bool {
         self.counter(ino).ok(v)
     }

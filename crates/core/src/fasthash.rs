@@ -13,12 +13,14 @@ const K: u64 = 0x517c_c1b7_2722_0a95;
 pub struct FastHasher(u64);
 
 impl FastHasher {
+    #[inline]
     fn add(&mut self, word: u64) {
         self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
     }
 }
 
 impl Hasher for FastHasher {
+    #[inline]
     fn finish(&self) -> u64 {
         // The product's low bits depend only on the key's low bits, and page offsets have
         // twelve zero bits there: rotate the well-mixed high bits down, where hashbrown
@@ -26,6 +28,7 @@ impl Hasher for FastHasher {
         self.0.rotate_left(26)
     }
 
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {

@@ -90,6 +90,7 @@ impl InodeData {
     /// snapshot built field by field is later copied whole with wider loads, which cannot
     /// take their bytes from the narrower stores still in the store buffer and wait for
     /// them to reach the cache (a stat through the shim copied it twice).
+    #[inline]
     pub fn decode(b: &[u8]) -> InodeData {
         let b = &b[..RECORD_FIELDS];
         // SAFETY: `b` holds RECORD_FIELDS bytes; InodeData is repr(C) with exactly the

@@ -107,6 +107,7 @@ impl Geometry {
         })
     }
 
+    #[inline]
     pub fn inode_addr(&self, ino: u64) -> u64 {
         self.inode_off + ino * INODE_SIZE
     }

@@ -77,6 +77,7 @@ thread_local! {
     static CACHE: RefCell<Option<Cache>> = const { RefCell::new(None) };
 }
 
+#[inline]
 fn slot_of(path: &[u8]) -> usize {
     use std::hash::Hasher;
     // Eight bytes a step; paths are not chosen to collide, and a collision only evicts.
@@ -86,6 +87,7 @@ fn slot_of(path: &[u8]) -> usize {
 }
 
 impl Cache {
+    #[inline]
     fn is_for(&self, fs: &Fs) -> bool {
         std::ptr::eq(self.core.as_ptr(), Arc::as_ptr(&fs.core))
             && Arc::ptr_eq(&self.creds, &fs.creds)
@@ -94,20 +96,33 @@ impl Cache {
 
 impl Fs {
     /// The object a walk with `query` of `path` found, if a cached walk is still exact.
+    #[inline]
     pub(crate) fn cached_walk(&self, query: Query, path: &[u8]) -> Option<At> {
         let seqs = &self.core.shared.seqs;
-        CACHE.with(|c| {
-            // Busy only if a signal handler walks while this thread was filling the cache.
-            let c = c.try_borrow().ok()?;
-            let c = c.as_ref().filter(|c| c.is_for(self))?;
-            let s = c.slots[slot_of(path)].as_ref()?;
-            if s.query != query || s.path != path {
-                return None;
-            }
-            let fresh = s.deps.deps[..s.deps.n]
-                .iter()
-                .all(|&(ino, seq)| seqs.read_ok(ino, seq));
-            fresh.then_some(s.found)
+        // The lookup answers in two registers: the inode (0: no answer) and the generation
+        // plus one (0: none). An `Option<At>` came back through memory, stored field by
+        // field and loaded whole, and that load waited for the stores to reach the cache.
+        let (ino, generation) = CACHE.with(|c| -> (u64, u64) {
+            let found = (|| {
+                // Busy only if a signal handler walks while this thread was filling it.
+                let c = c.try_borrow().ok()?;
+                let c = c.as_ref().filter(|c| c.is_for(self))?;
+                let s = c.slots[slot_of(path)].as_ref()?;
+                if s.query != query || s.path != path {
+                    return None;
+                }
+                let fresh = s.deps.deps[..s.deps.n]
+                    .iter()
+                    .all(|&(ino, seq)| seqs.read_ok(ino, seq));
+                fresh.then_some(s.found)
+            })();
+            found.map_or((0, 0), |at| {
+                (at.ino, at.generation.map_or(0, |g| u64::from(g) + 1))
+            })
+        });
+        (ino != 0).then(|| At {
+            ino,
+            generation: generation.checked_sub(1).map(|g| g as u32),
         })
     }
 

@@ -41,6 +41,7 @@ impl At {
     };
 
     /// Whether `d` (read now) is no longer the inode this was reached as.
+    #[inline]
     fn is_stale(&self, d: &InodeData) -> bool {
         d.is_free() || self.generation.is_some_and(|g| g != d.generation)
     }
@@ -219,7 +220,40 @@ impl Fs {
     ///
     /// With `stay_inside`, the walk ends with `Leaves` where a process's namespace and the
     /// pool's disagree: a symlink whose target is absolute, or ".." in the root.
+    ///
+    /// Inline, the object walk that the cache answers: its result then goes to the caller's
+    /// use without being stored as a `Walked` and reloaded (`walk_rest` does the rest).
+    #[inline]
     pub(crate) fn walk<'p>(
+        &self,
+        base: Option<Handle>,
+        path: &'p [u8],
+        want: Want,
+        stay_inside: bool,
+    ) -> Result<Walked<'p>> {
+        if let Want::Object { follow } = want {
+            let query = Query {
+                base,
+                follow,
+                stay_inside,
+            };
+            // Inode records are never reclaimed: reading one needs no epoch pin.
+            if let Some(at) = self.cached_walk(query, path)
+                && let Some(d) = self.full(at)
+            {
+                let h = Handle {
+                    ino: at.ino,
+                    generation: d.generation,
+                };
+                return Ok(Walked::Object(h, d));
+            }
+        }
+        self.walk_rest(base, path, want, stay_inside)
+    }
+
+    /// `walk` past the cache of object walks.
+    #[inline(never)]
+    fn walk_rest<'p>(
         &self,
         base: Option<Handle>,
         path: &'p [u8],
@@ -237,16 +271,6 @@ impl Fs {
             follow,
             stay_inside,
         };
-        // Inode records are never reclaimed: reading one needs no epoch pin.
-        if let Some(at) = self.cached_walk(query, path)
-            && let Some(d) = self.full(at)
-        {
-            let h = Handle {
-                ino: at.ino,
-                generation: d.generation,
-            };
-            return Ok(Walked::Object(h, d));
-        }
         let mut deps = Deps::new();
         let w = self.walk_uncached(base, path, want, stay_inside, &mut deps)?;
         if let Walked::Object(h, _) = &w {
