@@ -2,6 +2,8 @@
 //! metadata and data directly (lock-free), writes file data into reserved pages, and sends
 //! small requests to the server through the transport.
 
+#[cfg(test)]
+mod epoch_tests;
 mod file;
 mod handle_ops;
 mod metadata;
