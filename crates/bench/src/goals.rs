@@ -340,6 +340,7 @@ mod tests {
         Report {
             scale: "test".into(),
             threads: vec![1],
+            handoff_ns: None,
             targets: Vec::new(),
             rows: vec![Row {
                 group: Group::Micro,

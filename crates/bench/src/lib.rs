@@ -401,6 +401,7 @@ pub fn run_with(
         scale,
         seq: AtomicUsize::new(0),
     };
+    let handoff_start = measure::handoff_ns(HANDOFF_TRIPS);
     let mut progress = progress::Progress::new(count_jobs(&benches, &threads, &set));
     let mut group = None;
     for b in &benches {
@@ -432,6 +433,13 @@ pub fn run_with(
     }
     report.goals = goals::evaluate(&report);
     report.print_goals();
+    let handoff_end = measure::handoff_ns(HANDOFF_TRIPS);
+    report.handoff_ns = Some((handoff_start, handoff_end));
+    println!(
+        "\nCross-core hand-off of one cache line (the host's placement of the CPUs): \
+         {handoff_start:.0} ns at the start of the run, {handoff_end:.0} ns at the end; rows \
+         through the daemon slow down with it (docs/performance.md)"
+    );
     drop(set);
     if let Some(path) = &opts.json {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -449,6 +457,9 @@ pub fn run_with(
     }
     Ok(report)
 }
+
+/// Round trips of each cross-core hand-off measurement (about 15-70 ms).
+const HANDOFF_TRIPS: u64 = 200_000;
 
 fn count_jobs(benches: &[Bench], threads: &[usize], set: &targets::TargetSet) -> usize {
     benches

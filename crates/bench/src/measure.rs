@@ -264,3 +264,36 @@ pub fn memcpy_bandwidth(threads: usize, chunk: usize, b: Budget) -> io::Result<f
         Ok(chunk as u64)
     })
 }
+
+/// Nanoseconds per one-way hand-off of one cache line between two threads (each spinning
+/// until the other has written it), over `trips` round trips: the host's cross-core
+/// latency. On a virtual machine it moves with where the host places the virtual CPUs, and
+/// every commit through the daemon crosses between the cores several times
+/// (docs/performance.md), so a run reports it at its start and end.
+pub fn handoff_ns(trips: u64) -> f64 {
+    /// The line the two threads hand over, alone in its cache line.
+    #[repr(align(64))]
+    struct Line(std::sync::atomic::AtomicU64);
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    let line = Line(std::sync::atomic::AtomicU64::new(0));
+    let flag = &line.0;
+    let took = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..trips {
+                while flag.load(Acquire) != 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                flag.store(2 * i + 2, Release);
+            }
+        });
+        let started = Instant::now();
+        for i in 0..trips {
+            flag.store(2 * i + 1, Release);
+            while flag.load(Acquire) != 2 * i + 2 {
+                std::hint::spin_loop();
+            }
+        }
+        started.elapsed()
+    });
+    took.as_nanos() as f64 / trips.max(1) as f64 / 2.0
+}

@@ -95,6 +95,9 @@ pub struct Report {
     pub targets: Vec<TargetInfo>,
     pub rows: Vec<Row>,
     pub goals: Vec<Goal>,
+    /// The host's cross-core latency at the start and at the end of the run, ns per one-way
+    /// hand-off (`measure::handoff_ns`): the daemon's rows move with it.
+    pub handoff_ns: Option<(f64, f64)>,
 }
 
 /// "engram-daemon" → "daemon", for the ratio headers.
@@ -128,6 +131,7 @@ impl Report {
             targets,
             rows: Vec::new(),
             goals: Vec::new(),
+            handoff_ns: None,
         }
     }
 
@@ -277,6 +281,12 @@ impl Report {
         let _ = writeln!(s, "  \"scale\": {},", json_str(&self.scale));
         let threads: Vec<String> = self.threads.iter().map(|t| t.to_string()).collect();
         let _ = writeln!(s, "  \"threads\": [{}],", threads.join(", "));
+        if let Some((start, end)) = self.handoff_ns {
+            let _ = writeln!(
+                s,
+                "  \"handoff_ns\": {{\"start\": {start:.1}, \"end\": {end:.1}}},"
+            );
+        }
         s.push_str("  \"targets\": [\n");
         let targets: Vec<String> = self
             .targets
