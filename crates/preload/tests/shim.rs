@@ -63,6 +63,7 @@ fn c_program_in_process(name: &str, ok: &str) {
         .expect("run gcc");
     assert!(st.success(), "gcc failed on {src}");
     let out = in_process(&pool, &format!("exec {} {MOUNT}", exe.display()));
+    common::remove_lock_files(&pool);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

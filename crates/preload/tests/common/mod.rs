@@ -163,24 +163,29 @@ impl Drop for Pool {
         }
         let _ = std::fs::remove_file(&self.pool);
         let _ = std::fs::remove_dir_all(&self.scratch);
-        // The shim's per-inode lock files of this pool (named by a hash of its path).
-        let id = self
-            .pool
-            .as_os_str()
-            .as_encoded_bytes()
-            .iter()
-            .fold(0xcbf29ce484222325u64, |h, &b| {
-                (h ^ b as u64).wrapping_mul(0x100000001b3)
-            });
-        let prefix = format!("engram-lock-{id:016x}-");
-        for e in std::fs::read_dir("/dev/shm")
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_file(e.path());
-            }
+        remove_lock_files(&self.pool);
+    }
+}
+
+/// Remove the shim's per-inode lock files of the pool at `pool` from /dev/shm (named by an
+/// FNV-1a hash of its path; the shim never removes them, docs/compatibility.md).
+#[allow(dead_code)] // Each test binary compiles this module; not all of them lock.
+pub fn remove_lock_files(pool: &Path) {
+    let id = pool
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf29ce484222325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100000001b3)
+        });
+    let prefix = format!("engram-lock-{id:016x}-");
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }
