@@ -99,9 +99,10 @@ impl Fs {
     #[inline]
     pub(crate) fn cached_walk(&self, query: Query, path: &[u8]) -> Option<At> {
         let seqs = &self.core.shared.seqs;
-        // The lookup answers in two registers: the inode (0: no answer) and the generation
-        // plus one (0: none). An `Option<At>` came back through memory, stored field by
-        // field and loaded whole, and that load waited for the stores to reach the cache.
+        // The lookup answers in two registers: the inode (0, reserved and never a file's:
+        // no answer) and the generation plus one (0: none). An `Option<At>` came back
+        // through memory, stored field by field and loaded whole, and that load waited for
+        // the stores to reach the cache.
         let (ino, generation) = CACHE.with(|c| -> (u64, u64) {
             let found = (|| {
                 // Busy only if a signal handler walks while this thread was filling it.
