@@ -434,12 +434,15 @@ pub fn run_with(
     report.goals = goals::evaluate(&report);
     report.print_goals();
     let handoff_end = measure::handoff_ns(HANDOFF_TRIPS);
-    report.handoff_ns = Some((handoff_start, handoff_end));
-    println!(
-        "\nCross-core hand-off of one cache line (the host's placement of the CPUs): \
-         {handoff_start:.0} ns at the start of the run, {handoff_end:.0} ns at the end; rows \
-         through the daemon slow down with it (docs/performance.md)"
-    );
+    report.handoff_ns = handoff_start.zip(handoff_end);
+    match report.handoff_ns {
+        Some((start, end)) => println!(
+            "\nCross-core hand-off of one cache line (the host's placement of the CPUs): \
+             {start:.0} ns at the start of the run, {end:.0} ns at the end; rows through the \
+             daemon slow down with it (docs/performance.md)"
+        ),
+        None => println!("\nCross-core hand-off: not measured (fewer than two CPUs)"),
+    }
     drop(set);
     if let Some(path) = &opts.json {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {

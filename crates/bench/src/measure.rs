@@ -266,34 +266,60 @@ pub fn memcpy_bandwidth(threads: usize, chunk: usize, b: Budget) -> io::Result<f
 }
 
 /// Nanoseconds per one-way hand-off of one cache line between two threads (each spinning
-/// until the other has written it), over `trips` round trips: the host's cross-core
-/// latency. On a virtual machine it moves with where the host places the virtual CPUs, and
-/// every commit through the daemon crosses between the cores several times
-/// (docs/performance.md), so a run reports it at its start and end.
-pub fn handoff_ns(trips: u64) -> f64 {
+/// until the other has written it), over at most `trips` round trips and at most
+/// `HANDOFF_TIME`: the host's cross-core latency. On a virtual machine it moves with where
+/// the host places the virtual CPUs, and every commit through the daemon crosses between
+/// the cores several times (docs/performance.md), so a run reports it at its start and end.
+/// None with fewer than two CPUs (the two threads would take turns on one, each hand-off a
+/// scheduler tick).
+pub fn handoff_ns(trips: u64) -> Option<f64> {
     /// The line the two threads hand over, alone in its cache line.
     #[repr(align(64))]
     struct Line(std::sync::atomic::AtomicU64);
     use std::sync::atomic::Ordering::{Acquire, Release};
+    /// Written instead of the next odd value: the other thread stops.
+    const STOP: u64 = u64::MAX;
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
     let line = Line(std::sync::atomic::AtomicU64::new(0));
     let flag = &line.0;
-    let took = std::thread::scope(|s| {
+    let (took, done) = std::thread::scope(|s| {
         s.spawn(|| {
-            for i in 0..trips {
-                while flag.load(Acquire) != 2 * i + 1 {
-                    std::hint::spin_loop();
+            let mut want = 1;
+            loop {
+                match flag.load(Acquire) {
+                    STOP => return,
+                    v if v == want => {
+                        flag.store(v + 1, Release);
+                        want += 2;
+                    }
+                    _ => std::hint::spin_loop(),
                 }
-                flag.store(2 * i + 2, Release);
             }
         });
         let started = Instant::now();
-        for i in 0..trips {
+        let mut done = 0;
+        'trips: for i in 0..trips {
             flag.store(2 * i + 1, Release);
+            let mut spins = 0u32;
             while flag.load(Acquire) != 2 * i + 2 {
+                spins = spins.wrapping_add(1);
+                // The clock only now and then, and only while waiting: a host that stops
+                // the other thread's CPU must not hold the run.
+                if spins.is_multiple_of(4096) && started.elapsed() > HANDOFF_TIME {
+                    break 'trips;
+                }
                 std::hint::spin_loop();
             }
+            done = i + 1;
         }
-        started.elapsed()
+        let took = started.elapsed();
+        flag.store(STOP, Release);
+        (took, done)
     });
-    took.as_nanos() as f64 / trips.max(1) as f64 / 2.0
+    (done > 0).then(|| took.as_nanos() as f64 / done as f64 / 2.0)
 }
+
+/// The longest a `handoff_ns` measurement runs.
+pub const HANDOFF_TIME: Duration = Duration::from_millis(200);

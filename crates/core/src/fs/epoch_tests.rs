@@ -9,7 +9,15 @@ use crate::layout::PAGE;
 
 #[test]
 fn pages_a_pinned_reader_may_hold_are_not_reused() {
+    /// Removes the pool file however the test ends.
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
     let path = std::env::temp_dir().join(format!("engram-epoch-unit-{}.pool", std::process::id()));
+    let _remove = Remove(path.clone());
     Fs::mkfs(&path, 16 << 20).unwrap();
     let fs = Fs::open(&path, &Options::default()).unwrap();
     // A file of a quarter of the free pages: each overwrite of it needs as many fresh pages
@@ -42,7 +50,4 @@ fn pages_a_pinned_reader_may_hold_are_not_reused() {
     for _ in 0..8 {
         assert_eq!(f.write_at(&data, 0).unwrap(), data.len());
     }
-    drop(f);
-    drop(fs);
-    std::fs::remove_file(&path).unwrap();
 }
