@@ -105,22 +105,28 @@ impl InodeData {
 const RECORD_FIELDS: usize = field::INLINE as usize;
 
 // `InodeData::decode` copies the record as it lies: the struct must be the record.
+macro_rules! fields_at_record_offsets {
+    ($($field:ident = $at:ident),* $(,)?) => {
+        $(assert!(std::mem::offset_of!(InodeData, $field) == field::$at as usize);)*
+    };
+}
 const _: () = {
-    use std::mem::{offset_of, size_of};
-    assert!(size_of::<InodeData>() == RECORD_FIELDS);
-    assert!(offset_of!(InodeData, mode) == field::MODE as usize);
-    assert!(offset_of!(InodeData, nlink) == field::NLINK as usize);
-    assert!(offset_of!(InodeData, uid) == field::UID as usize);
-    assert!(offset_of!(InodeData, gid) == field::GID as usize);
-    assert!(offset_of!(InodeData, size) == field::SIZE as usize);
-    assert!(offset_of!(InodeData, atime) == field::ATIME as usize);
-    assert!(offset_of!(InodeData, mtime) == field::MTIME as usize);
-    assert!(offset_of!(InodeData, ctime) == field::CTIME as usize);
-    assert!(offset_of!(InodeData, root) == field::ROOT as usize);
-    assert!(offset_of!(InodeData, height) == field::HEIGHT as usize);
-    assert!(offset_of!(InodeData, generation) == field::GENERATION as usize);
-    assert!(offset_of!(InodeData, blocks) == field::BLOCKS as usize);
-    assert!(offset_of!(InodeData, parent) == field::PARENT as usize);
+    assert!(std::mem::size_of::<InodeData>() == RECORD_FIELDS);
+    fields_at_record_offsets!(
+        mode = MODE,
+        nlink = NLINK,
+        uid = UID,
+        gid = GID,
+        size = SIZE,
+        atime = ATIME,
+        mtime = MTIME,
+        ctime = CTIME,
+        root = ROOT,
+        height = HEIGHT,
+        generation = GENERATION,
+        blocks = BLOCKS,
+        parent = PARENT,
+    );
     #[cfg(not(target_endian = "little"))]
     panic!("inode records are little-endian");
 };
