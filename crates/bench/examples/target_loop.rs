@@ -13,7 +13,7 @@
 
 use engram_bench::targets::engram::EngramTarget;
 use engram_bench::targets::posix::mounted_dir;
-use engram_bench::{Kind, Open, Target, TargetFile};
+use engram_bench::{HeldPath, Kind, Open, Target, TargetFile};
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -115,6 +115,7 @@ fn timed(
     page: &[u8],
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; page.len()];
+    let deep = HeldPath::new("/d/a/b/c/e")?;
     for i in 0..count as usize {
         let off = (i as u64 * 97 % 256) * 4096;
         let (from, to) = names
@@ -124,7 +125,7 @@ fn timed(
             ("create", _) => t.create(from)?,
             ("unlink", _) => t.unlink(from)?,
             ("rename", _) => t.rename(from, to)?,
-            ("stat", _) => drop(t.stat("/d/a/b/c/e")?),
+            ("stat", _) => drop(t.stat_held(&deep)?),
             ("read", Some(f)) => drop(f.pread(&mut buf, off)?),
             ("overwrite", Some(f)) => drop(f.pwrite(page, off)?),
             ("append", Some(f)) => drop(f.append(page)?),

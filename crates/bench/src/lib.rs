@@ -25,7 +25,7 @@ pub use apps::AppScale;
 pub use clients::client_worker;
 pub use pools::PoolDir;
 pub use report::{Report, Row, Unit};
-pub use targets::{Kind, Open, Target, TargetFile};
+pub use targets::{HeldPath, Kind, Open, Target, TargetFile};
 
 use measure::Budget;
 use std::io;

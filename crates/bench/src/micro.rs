@@ -3,7 +3,7 @@
 //! directories and in one shared directory, stat of a deep path, readdir of a big directory.
 
 use crate::measure::{self, block, counted, timed};
-use crate::targets::{Open, Target, TargetFile};
+use crate::targets::{HeldPath, Open, Target, TargetFile};
 use crate::{Bench, Ctx, Group, Scale, Unit};
 use std::io;
 
@@ -178,8 +178,9 @@ fn stat_deep(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64> {
         }
         let file = format!("{p}/file");
         fill(t, &file, 100)?;
+        let held = HeldPath::new(&file)?;
         timed(threads, 0, ctx.scale.budget, |_, _| {
-            if t.stat(&file)? != 100 {
+            if t.stat_held(&held)? != 100 {
                 return Err(io::Error::other("stat returned a wrong size"));
             }
             Ok(1)

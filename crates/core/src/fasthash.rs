@@ -36,9 +36,17 @@ impl Hasher for FastHasher {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(last));
+            // The tail zero-padded to a word, built in registers: copied into a buffer and
+            // loaded back whole, the load waited for the copy's narrower stores to reach the
+            // cache (a path's hash did this on every cached walk).
+            let word = match bytes.len().checked_sub(8) {
+                // The last eight bytes (overlapping the chunks), shifted down to the tail.
+                Some(at) => {
+                    u64::from_le_bytes(bytes[at..].try_into().unwrap()) >> (8 * (8 - rest.len()))
+                }
+                None => rest.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b)),
+            };
+            self.add(word);
         }
     }
 
@@ -83,5 +91,22 @@ mod tests {
             tops.len(),
             lows.len()
         );
+    }
+
+    #[test]
+    fn bytes_hash_as_zero_padded_words() {
+        let data: Vec<u8> = (1..=40).collect();
+        for len in 0..=data.len() {
+            let bytes = &data[..len];
+            let mut want = FastHasher::default();
+            for c in bytes.chunks(8) {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                want.add(u64::from_le_bytes(w));
+            }
+            let mut got = FastHasher::default();
+            got.write(bytes);
+            assert_eq!(got.finish(), want.finish(), "length {len}");
+        }
     }
 }

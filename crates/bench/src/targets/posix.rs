@@ -3,7 +3,7 @@
 //! mounted directory (an `engram mount` FUSE mount, or a directory under the shim's prefix
 //! when this process runs under the `LD_PRELOAD` shim).
 
-use super::{Kind, Open, ProgramDir, Target, TargetFile};
+use super::{HeldPath, Kind, Open, ProgramDir, Target, TargetFile, relative};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -57,9 +57,7 @@ fn cvt_size(r: libc::ssize_t) -> io::Result<usize> {
 /// the way: no allocation and no separate scan per call (the conversion is part of every
 /// target's time, and the shim's calls are short enough for it to show).
 fn with_cpath<R>(path: &str, f: impl FnOnce(&CStr) -> io::Result<R>) -> io::Result<R> {
-    let rel = path.trim_start_matches('/');
-    let rel = if rel.is_empty() { "." } else { rel };
-    let bytes = rel.as_bytes();
+    let bytes = relative(path).as_bytes();
     let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 256];
     if bytes.len() < buf.len() {
@@ -234,6 +232,15 @@ impl PosixTarget {
         }
         PosixTarget::on(name, Kind::Baseline, &mount, teardown, true)
             .map_err(|e| format!("cannot open the mounted ext4: {e}"))
+    }
+
+    /// stat(2) of `path` relative to the root; returns the size.
+    fn stat_c(&self, path: &CStr) -> io::Result<u64> {
+        let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+        // SAFETY: fstatat64 fills `st` on success.
+        cvt(unsafe { libc::fstatat64(self.fd(), path.as_ptr(), st.as_mut_ptr(), 0) })?;
+        // SAFETY: initialised by the successful call above.
+        Ok(unsafe { st.assume_init() }.st_size as u64)
     }
 
     fn fd(&self) -> libc::c_int {
@@ -444,13 +451,10 @@ impl Target for PosixTarget {
         })
     }
     fn stat(&self, path: &str) -> io::Result<u64> {
-        with_cpath(path, |c| {
-            let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
-            // SAFETY: fstatat64 fills `st` on success.
-            cvt(unsafe { libc::fstatat64(self.fd(), c.as_ptr(), st.as_mut_ptr(), 0) })?;
-            // SAFETY: initialised by the successful call above.
-            Ok(unsafe { st.assume_init() }.st_size as u64)
-        })
+        with_cpath(path, |c| self.stat_c(c))
+    }
+    fn stat_held(&self, path: &HeldPath) -> io::Result<u64> {
+        self.stat_c(&path.relative)
     }
     fn count_dir(&self, path: &str) -> io::Result<usize> {
         let mut n = 0;

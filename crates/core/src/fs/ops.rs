@@ -413,7 +413,7 @@ impl Fs {
     }
 
     pub fn stat_at(&self, dir: Option<&File>, path: &[u8], follow: bool) -> Result<Metadata> {
-        let (h, d) = self.resolve(base(dir), path, follow)?;
+        let (h, d) = self.resolve_inline(base(dir), path, follow)?;
         Ok(Metadata::from_inode(h.ino, &d))
     }
 

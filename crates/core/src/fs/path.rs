@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::inode::{self, InodeData};
 use crate::request::Handle;
 use std::borrow::Cow;
-use walk::{Walked, Want};
+use walk::{Base, Walked, Want};
 
 /// Symlinks followed in one resolution before ELOOP, as Linux.
 pub(super) const MAX_SYMLINKS: u32 = 40;
@@ -134,26 +134,32 @@ impl Fs {
     /// `stat_inside` of a path relative to the directory `dir` (the root when None or when
     /// the path is absolute). Inline: the shim then fills `struct stat` straight from the
     /// walk's result, without a `Metadata` stored in between and reloaded in other widths.
-    #[inline]
+    #[inline(always)]
     pub fn stat_inside_from(
         &self,
         dir: Option<Handle>,
         path: &[u8],
         follow: bool,
     ) -> Result<Option<Metadata>> {
-        Ok(match self.walk(dir, path, Want::Object { follow }, true)? {
-            Walked::Object(h, d) => Some(Metadata::from_inode(h.ino, &d)),
-            _ => None,
-        })
+        if let Some((h, d)) = self.walk_cached(Base::of(dir), path, follow, true) {
+            return Ok(Some(Metadata::from_inode(h.ino, &d)));
+        }
+        Ok(
+            match self.walk_rest(dir, path, Want::Object { follow }, true)? {
+                Walked::Object(h, d) => Some(Metadata::from_inode(h.ino, &d)),
+                _ => None,
+            },
+        )
     }
 
+    #[inline]
     fn walk_or_leave<'p>(
         &self,
         base: Option<Handle>,
         path: &'p [u8],
         want: Want,
     ) -> Result<Walked<'p>> {
-        match self.walk(base, path, want, self.stay_inside)? {
+        match self.walk(Base::of(base), path, want, self.stay_inside)? {
             Walked::Leaves => Err(Error::with_msg(libc::EXDEV, LEAVES_POOL)),
             w => Ok(w),
         }
@@ -173,6 +179,7 @@ impl Fs {
 
     /// Resolve a whole path; `follow` decides whether a symlink as the last component is
     /// followed (a trailing slash always follows).
+    #[inline]
     pub(crate) fn resolve(
         &self,
         base: Option<Handle>,
@@ -182,6 +189,25 @@ impl Fs {
         match self.walk_or_leave(base, path, Want::Object { follow })? {
             Walked::Object(h, d) => Ok((h, d)),
             _ => unreachable!("an object walk ends at an object"),
+        }
+    }
+
+    /// `resolve` with the answer of the cache of walks inline: for the calls whose result
+    /// goes straight back to the caller (stat), not through memory as a `Walked`.
+    #[inline(always)]
+    pub(crate) fn resolve_inline(
+        &self,
+        base: Option<Handle>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<(Handle, InodeData)> {
+        if let Some(found) = self.walk_cached(Base::of(base), path, follow, self.stay_inside) {
+            return Ok(found);
+        }
+        match self.walk_rest(base, path, Want::Object { follow }, self.stay_inside)? {
+            Walked::Object(h, d) => Ok((h, d)),
+            Walked::Leaves => Err(Error::with_msg(libc::EXDEV, LEAVES_POOL)),
+            Walked::Parent(_) => unreachable!("an object walk ends at an object"),
         }
     }
 }

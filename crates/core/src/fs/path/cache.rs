@@ -10,10 +10,9 @@
 //! counters, changed one of them and the entry is not used. The object found is read again
 //! (under its own counter, generation checked) on every hit.
 
-use super::walk::At;
+use super::walk::{At, Base};
 use crate::fs::{Core, Fs};
 use crate::perm::Creds;
-use crate::request::Handle;
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
@@ -53,7 +52,7 @@ impl Deps {
 /// What a walk was asked.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Query {
-    pub base: Option<Handle>,
+    pub base: Base,
     pub follow: bool,
     pub stay_inside: bool,
 }

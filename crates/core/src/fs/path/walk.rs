@@ -47,6 +47,39 @@ impl At {
     }
 }
 
+/// Where a relative path starts: the directory, or the root (inode 0, reserved and never
+/// a directory's). Two registers: an `Option<Handle>` is 24 bytes and went by pointer, and
+/// the walk's wide load of it waited for the caller's narrower stores to reach the cache.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Base {
+    ino: u64,
+    generation: u32,
+}
+
+impl Base {
+    #[inline]
+    pub(crate) fn of(h: Option<Handle>) -> Base {
+        h.map_or(
+            Base {
+                ino: 0,
+                generation: 0,
+            },
+            |h| Base {
+                ino: h.ino,
+                generation: h.generation,
+            },
+        )
+    }
+
+    #[inline]
+    fn handle(self) -> Option<Handle> {
+        (self.ino != 0).then_some(Handle {
+            ino: self.ino,
+            generation: self.generation,
+        })
+    }
+}
+
 /// Lookups a walk redoes after finding a free or reused inode before it calls the pool
 /// damaged (`walk_uncached`).
 const MAX_REDONE: u32 = 1000;
@@ -221,39 +254,54 @@ impl Fs {
     /// With `stay_inside`, the walk ends with `Leaves` where a process's namespace and the
     /// pool's disagree: a symlink whose target is absolute, or ".." in the root.
     ///
-    /// Inline, the object walk that the cache answers: its result then goes to the caller's
-    /// use without being stored as a `Walked` and reloaded (`walk_rest` does the rest).
+    /// The object walk that the cache answers comes first (`walk_cached`), the rest in
+    /// `walk_rest`.
     #[inline]
     pub(crate) fn walk<'p>(
         &self,
-        base: Option<Handle>,
+        base: Base,
         path: &'p [u8],
         want: Want,
         stay_inside: bool,
     ) -> Result<Walked<'p>> {
-        if let Want::Object { follow } = want {
-            let query = Query {
-                base,
-                follow,
-                stay_inside,
-            };
-            // Inode records are never reclaimed: reading one needs no epoch pin.
-            if let Some(at) = self.cached_walk(query, path)
-                && let Some(d) = self.full(at)
-            {
-                let h = Handle {
-                    ino: at.ino,
-                    generation: d.generation,
-                };
-                return Ok(Walked::Object(h, d));
-            }
+        if let Want::Object { follow } = want
+            && let Some((h, d)) = self.walk_cached(base, path, follow, stay_inside)
+        {
+            return Ok(Walked::Object(h, d));
         }
-        self.walk_rest(base, path, want, stay_inside)
+        self.walk_rest(base.handle(), path, want, stay_inside)
+    }
+
+    /// The object an object walk ends at, if the cache of walks answers it (None: walk).
+    /// Inline into the callers that want speed (stat): through an out-of-line `walk`, the
+    /// answer went back in memory as a `Walked`, stored in one set of widths and loaded in
+    /// another, and each such load waited for the stores to reach the cache.
+    #[inline(always)]
+    pub(super) fn walk_cached(
+        &self,
+        base: Base,
+        path: &[u8],
+        follow: bool,
+        stay_inside: bool,
+    ) -> Option<(Handle, InodeData)> {
+        let query = Query {
+            base,
+            follow,
+            stay_inside,
+        };
+        // Inode records are never reclaimed: reading one needs no epoch pin.
+        let at = self.cached_walk(query, path)?;
+        let d = self.full(at)?;
+        let h = Handle {
+            ino: at.ino,
+            generation: d.generation,
+        };
+        Some((h, d))
     }
 
     /// `walk` past the cache of object walks.
     #[inline(never)]
-    fn walk_rest<'p>(
+    pub(super) fn walk_rest<'p>(
         &self,
         base: Option<Handle>,
         path: &'p [u8],
@@ -267,7 +315,7 @@ impl Fs {
             return self.walk_uncached(base, path, want, stay_inside, &mut Deps::new());
         };
         let query = Query {
-            base,
+            base: Base::of(base),
             follow,
             stay_inside,
         };
@@ -301,14 +349,14 @@ impl Fs {
         }
         let (prefix, follow) = (&path[..=slash], true);
         let query = Query {
-            base,
+            base: Base::of(base),
             follow,
             stay_inside,
         };
         let at = match self.cached_walk(query, prefix) {
             Some(at) => at,
             // Walked (and cached) for the next time.
-            None => match self.walk(base, prefix, Want::Object { follow }, stay_inside) {
+            None => match self.walk(query.base, prefix, Want::Object { follow }, stay_inside) {
                 Ok(Walked::Object(h, _)) => At::of(h),
                 _ => return None,
             },
