@@ -20,6 +20,7 @@ pub mod range_lock;
 pub mod recovery;
 pub mod request;
 pub mod server;
+pub mod sidefiles;
 pub mod wire;
 
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};

@@ -12,14 +12,14 @@ mod killed;
 mod walk_cache;
 
 use engram_core::daemon::{ServeOptions, Stop, serve_until};
-use engram_core::{Fs, OpenOptions, Options};
+use engram_core::{Fs, OpenOptions, Options, sidefiles};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 struct Daemon {
     stop: Arc<Stop>,
-    thread: Option<std::thread::JoinHandle<engram_core::Result<()>>>,
+    thread: Option<Served>,
     socket: PathBuf,
     pool: PathBuf,
 }
@@ -36,25 +36,7 @@ impl Daemon {
         ));
         let _ = std::fs::remove_file(&pool);
         Fs::mkfs(&pool, size).unwrap();
-        let stop = Arc::new(Stop::new());
-        let (p, s, st) = (pool.clone(), socket.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            serve_until(
-                &p,
-                &ServeOptions {
-                    socket: s,
-                    idle_exit: None,
-                },
-                &st,
-                &|line| eprintln!("daemon: {line}"),
-            )
-        });
-        for _ in 0..200 {
-            if socket.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (stop, thread) = serve(&pool, &socket);
         Daemon {
             stop,
             thread: Some(thread),
@@ -68,6 +50,32 @@ impl Daemon {
         self.stop.stop();
         self.thread.take().unwrap().join().unwrap().unwrap();
     }
+}
+
+type Served = std::thread::JoinHandle<engram_core::Result<()>>;
+
+/// Serve `pool` on `socket` in a thread; returns once the socket is there.
+fn serve(pool: &Path, socket: &Path) -> (Arc<Stop>, Served) {
+    let stop = Arc::new(Stop::new());
+    let (p, s, st) = (pool.to_path_buf(), socket.to_path_buf(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        serve_until(
+            &p,
+            &ServeOptions {
+                socket: s,
+                idle_exit: None,
+            },
+            &st,
+            &|line| eprintln!("daemon: {line}"),
+        )
+    });
+    for _ in 0..200 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (stop, thread)
 }
 
 impl Drop for Daemon {
@@ -88,6 +96,38 @@ fn check_clean(pool: &Path) {
     );
     let r = fs.fsck(false).unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+/// What clients of an earlier run left in /dev/shm (lock and mapping files of the pool) is
+/// removed when the daemon starts, and another pool's files are not.
+#[test]
+fn the_daemon_removes_what_earlier_clients_left() {
+    let mut d = Daemon::start("sidefiles", 16 << 20);
+    d.stop();
+    let other = PathBuf::from(format!(
+        "/dev/shm/engram-daemon-{}-other.pool",
+        std::process::id()
+    ));
+    std::fs::write(&other, b"").unwrap();
+    let id = |p: &Path| sidefiles::pool_id(&std::fs::canonicalize(p).unwrap());
+    let left = [
+        sidefiles::lock_file(id(&d.pool), 12, 3),
+        sidefiles::map_file(id(&d.pool), 12, 3),
+    ];
+    let others = sidefiles::lock_file(id(&other), 12, 3);
+    for f in left.iter().chain([&others]) {
+        std::fs::write(f, b"").unwrap();
+    }
+    let (stop, thread) = serve(&d.pool, &d.socket.with_extension("again"));
+    let gone = left.iter().all(|f| !Path::new(f).exists());
+    let kept = Path::new(&others).exists();
+    stop.stop();
+    thread.join().unwrap().unwrap();
+    for f in [&others, &other.display().to_string()] {
+        let _ = std::fs::remove_file(f);
+    }
+    assert!(gone, "the daemon's start removed its pool's files");
+    assert!(kept, "another pool's lock file was removed");
 }
 
 #[test]

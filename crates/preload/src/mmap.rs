@@ -166,11 +166,10 @@ fn shared(
         return Err(libc::EACCES);
     }
     let h = of.handle();
-    let name = CString::new(format!(
-        "/dev/shm/engram-map-{:016x}-{}-{}",
+    let name = CString::new(engram_core::sidefiles::map_file(
         session::pool_id(),
         h.ino,
-        h.generation
+        h.generation,
     ))
     .map_err(|_| libc::EINVAL)?;
     // SAFETY: opening the backing file with the real call.

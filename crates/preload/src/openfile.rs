@@ -192,10 +192,12 @@ impl OpenFile {
             return Ok(fd);
         }
         let name = format!(
-            "/dev/shm/engram-lock-{:016x}-{}-{}\0",
-            session::pool_id(),
-            self.handle.ino,
-            self.handle.generation
+            "{}\0",
+            engram_core::sidefiles::lock_file(
+                session::pool_id(),
+                self.handle.ino,
+                self.handle.generation
+            )
         );
         // SAFETY: opening a NUL-terminated path with the real open.
         let fd = unsafe {

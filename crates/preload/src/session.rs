@@ -5,8 +5,11 @@
 
 use crate::route::config;
 use crate::util::{Res, warn};
-use engram_core::{Fs, Options};
+use engram_core::{Fs, Options, sidefiles};
 use libc::c_int;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::ptr::null_mut;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -178,12 +181,6 @@ fn forget_parent(s: &mut State, epoch: u64) {
     }
 }
 
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
-}
-
 fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
     let cfg = config();
     if let Some(sock) = &cfg.socket {
@@ -196,7 +193,7 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
         s.mode = Mode::Daemon;
         s.pool_id = fs
             .remote()
-            .map(|r| fnv(&r.hello.pool_path))
+            .map(|r| sidefiles::pool_id(Path::new(OsStr::from_bytes(&r.hello.pool_path))))
             .unwrap_or_default();
         return Ok(fs);
     }
@@ -216,7 +213,7 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
     s.mode = Mode::InProcess;
     crate::reclocks::set_in_process();
     let canon = std::fs::canonicalize(&cfg.pool).unwrap_or_else(|_| cfg.pool.clone());
-    s.pool_id = fnv(canon.as_os_str().as_encoded_bytes());
+    s.pool_id = sidefiles::pool_id(&canon);
     Ok(fs)
 }
 

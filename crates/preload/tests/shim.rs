@@ -84,6 +84,39 @@ fn record_locks_of_an_in_process_pool_keep_linux_semantics() {
     c_program_in_process("locks", "LOCKS-OK");
 }
 
+/// The lock file of a program's flock stays after it exits (the kernel's locks live on it
+/// while the pool is in use) and goes when the pool is next opened: by the next program,
+/// or by anything else.
+#[test]
+fn lock_files_are_removed_when_the_pool_is_next_opened() {
+    if !common::require("flock", "util-linux") {
+        return;
+    }
+    let (dir, pool) = fresh_pool("lockfiles");
+    let flock = |name: &str| {
+        // One process opens the pool: flock (which then runs `true` in a child).
+        let out = in_process(&pool, &format!("exec flock {MOUNT}/{name} true"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        engram_core::sidefiles::list(&pool)
+    };
+    let first = flock("f");
+    assert_eq!(
+        first.len(),
+        1,
+        "one lock file for the locked inode: {first:?}"
+    );
+    let second = flock("g");
+    assert_eq!(second.len(), 1, "only the second program's: {second:?}");
+    assert_ne!(first, second);
+    drop(Fs::open(&pool, &Default::default()).unwrap());
+    assert_eq!(engram_core::sidefiles::list(&pool), Vec::<PathBuf>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn in_process_pool_is_exclusive_with_a_clear_error() {
     let (dir, pool) = fresh_pool("inproc");

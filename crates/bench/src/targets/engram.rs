@@ -216,31 +216,10 @@ impl Drop for EngramTarget {
         drop(self.daemon.take());
         let programs = self.programs.get_mut().unwrap_or_else(|e| e.into_inner());
         for p in std::iter::once(self.pool.clone()).chain(programs.take()) {
+            // The shim's lock and mapping files (sqlite3, db_bench) first: they are named
+            // after the pool's canonical path, which needs the pool.
+            engram_core::sidefiles::remove_all(&p);
             let _ = std::fs::remove_file(&p);
-            remove_lock_files(&p);
-        }
-    }
-}
-
-/// Remove the per-inode lock files the shim left in /dev/shm for the pool at `pool`
-/// (programs that took record locks: sqlite3, db_bench), named by an FNV-1a hash of the
-/// pool's path (docs/compatibility.md).
-fn remove_lock_files(pool: &Path) {
-    let id = pool
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf29ce484222325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
-    let prefix = format!("engram-lock-{id:016x}-");
-    for e in std::fs::read_dir(crate::pools::SHM)
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            let _ = std::fs::remove_file(e.path());
         }
     }
 }

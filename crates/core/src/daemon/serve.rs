@@ -212,6 +212,8 @@ fn run(
         )
     })?;
     let abs_path = std::fs::canonicalize(pool_path)?;
+    // No client can reach the pool yet: what the last ones left goes.
+    crate::sidefiles::remove_all(&abs_path);
     let m = recovery::mount(&pool)?;
     if !m.was_clean {
         log(&format!(

@@ -111,6 +111,8 @@ impl Fs {
                 format!("pool {} is in use by another process", path.display()),
             )
         })?;
+        // No other process can reach the pool now: what the last ones left goes.
+        crate::sidefiles::remove_all(path);
         Fs::open_pool(pool, opts)
     }
 

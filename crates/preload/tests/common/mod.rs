@@ -161,33 +161,17 @@ impl Drop for Pool {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        remove_lock_files(&self.pool);
         let _ = std::fs::remove_file(&self.pool);
         let _ = std::fs::remove_dir_all(&self.scratch);
-        remove_lock_files(&self.pool);
     }
 }
 
-/// Remove the shim's per-inode lock files of the pool at `pool` from /dev/shm (named by an
-/// FNV-1a hash of its path; the shim never removes them, docs/compatibility.md).
+/// Remove the shim's lock and mapping files of the pool at `pool` from /dev/shm (the next
+/// open of the pool would, docs/compatibility.md; these pools are not opened again).
 #[allow(dead_code)] // Each test binary compiles this module; not all of them lock.
 pub fn remove_lock_files(pool: &Path) {
-    let id = pool
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf29ce484222325u64, |h, &b| {
-            (h ^ b as u64).wrapping_mul(0x100000001b3)
-        });
-    let prefix = format!("engram-lock-{id:016x}-");
-    for e in std::fs::read_dir("/dev/shm")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    engram_core::sidefiles::remove_all(pool);
 }
 
 /// Run with a time limit (a hung program is killed and the test fails).

@@ -1,0 +1,104 @@
+//! Files the shim keeps beside a pool in /dev/shm for what the kernel must share between
+//! processes: a lock file per inode (record locks and flocks are the kernel's, taken on it)
+//! and a backing file per inode with a shared writable mapping. Each is named after the pool
+//! (a hash of its canonical path), the inode and its generation, so every process that
+//! reaches the pool, in-process or through the daemon, finds the same file.
+//!
+//! The shim does not remove them when a file goes away: only the server knows when no
+//! process still has the inode open. They are removed instead when the pool is opened by
+//! its only user (`Fs::open`, `engram serve`), when no process can hold one.
+
+use std::path::{Path, PathBuf};
+
+/// Where the files are made.
+pub const DIR: &str = "/dev/shm";
+
+/// The number naming a pool's files: FNV-1a of its canonical path.
+pub fn pool_id(canonical: &Path) -> u64 {
+    canonical
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// The lock file of inode `ino` (generation `generation`) of pool `pool`.
+pub fn lock_file(pool: u64, ino: u64, generation: u32) -> String {
+    format!("{DIR}/{}{ino}-{generation}", prefix(LOCK, pool))
+}
+
+/// The backing file of a shared writable mapping of inode `ino` of pool `pool`.
+pub fn map_file(pool: u64, ino: u64, generation: u32) -> String {
+    format!("{DIR}/{}{ino}-{generation}", prefix(MAP, pool))
+}
+
+const LOCK: &str = "engram-lock";
+const MAP: &str = "engram-map";
+
+fn prefix(kind: &str, pool: u64) -> String {
+    format!("{kind}-{pool:016x}-")
+}
+
+/// The lock and mapping files in /dev/shm of the pool at `path` (canonical if it no
+/// longer exists).
+pub fn list(path: &Path) -> Vec<PathBuf> {
+    let id = match std::fs::canonicalize(path) {
+        Ok(canonical) => pool_id(&canonical),
+        Err(_) => pool_id(path),
+    };
+    let prefixes = [prefix(LOCK, id), prefix(MAP, id)];
+    let Ok(dir) = std::fs::read_dir(DIR) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            prefixes
+                .iter()
+                .any(|p| name.as_encoded_bytes().starts_with(p.as_bytes()))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Remove the pool's lock and mapping files (`list`); returns how many. Only for a pool no
+/// other process can reach (its exclusive lock just taken, or the pool gone): a file
+/// removed while a process still used it would split that inode's locks (or mapping) in
+/// two.
+pub fn remove_all(path: &Path) -> usize {
+    list(path)
+        .iter()
+        .filter(|f| std::fs::remove_file(f).is_ok())
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removes_the_pools_files_and_no_others() {
+        let dir = std::env::temp_dir().join(format!("engram-sidefiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ours, theirs) = (dir.join("ours.pool"), dir.join("theirs.pool"));
+        for p in [&ours, &theirs] {
+            std::fs::write(p, b"").unwrap();
+        }
+        let id = |p: &Path| pool_id(&std::fs::canonicalize(p).unwrap());
+        let mine = [lock_file(id(&ours), 5, 1), map_file(id(&ours), 7, 2)];
+        let other = lock_file(id(&theirs), 5, 1);
+        for f in mine.iter().chain([&other]) {
+            std::fs::write(f, b"").unwrap();
+        }
+        let removed = remove_all(&ours);
+        let left: Vec<bool> = mine.iter().map(|f| Path::new(f).exists()).collect();
+        let other_left = Path::new(&other).exists();
+        let _ = std::fs::remove_file(&other);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(left, [false, false]);
+        assert!(other_left, "another pool's lock file was removed");
+        assert!(removed >= 2);
+    }
+}
