@@ -7,7 +7,8 @@
 //! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR|daemon]`, OP
 //! one of create, unlink, rename, stat, read, overwrite, append; `daemon`: the native API
 //! through a daemon this process starts; `ENGRAM_LOOP_PREFILL=N`: the creates go into a
-//! directory that already holds N files (a pool sized for them). The pools go where the
+//! directory that already holds N files (a pool sized for them); `ENGRAM_LOOP_BYTES=N`: reads
+//! and writes of N bytes. The pools go where the
 //! bench puts its own (`ENGRAM_BENCH_POOL_DIR` to choose). Under the shim:
 //! `engram run --pool P -- target/release/examples/target_loop stat 10000 /mnt/engram`.
 
@@ -39,7 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     t.mkdir("/d")?;
     let name = |i: u64| format!("/d/f{i}");
     let renamed = |i: u64| format!("/d/r{i}");
-    let page = vec![7u8; 4096];
+    // ENGRAM_LOOP_BYTES=N: reads and writes of N bytes (4 KiB unless set).
+    let bytes: usize = std::env::var("ENGRAM_LOOP_BYTES").map_or(Ok(4096), |v| v.parse())?;
+    let page = vec![7u8; bytes];
     // Setup (not in `timed`, which `--toggle-collect=*timed*` limits callgrind to).
     // ENGRAM_LOOP_PREFILL=N: the directory holds N other files before a create loop (the
     // scaling rows' create at 10,000 and at 1,000,000 entries).
