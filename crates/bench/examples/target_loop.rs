@@ -82,9 +82,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "create" | "unlink" | "rename" => (0..count).map(|i| (name(i), renamed(i))).collect(),
         _ => Vec::new(),
     };
+    let deep = HeldPath::new("/d/a/b/c/e")?;
     let faults_before = minor_faults();
     let loop_start = std::time::Instant::now();
-    timed(t, file.as_deref(), &op, count, &names, &page)?;
+    timed(t, file.as_deref(), &op, count, &names, &page, &deep)?;
     let per_op = loop_start.elapsed().as_secs_f64() * 1e9 / count.max(1) as f64;
     let faults = minor_faults() - faults_before;
     eprintln!(
@@ -116,9 +117,9 @@ fn timed(
     count: u64,
     names: &[(String, String)],
     page: &[u8],
+    deep: &HeldPath,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; page.len()];
-    let deep = HeldPath::new("/d/a/b/c/e")?;
     for i in 0..count as usize {
         let off = (i as u64 * 97 % 256) * 4096;
         let (from, to) = names
@@ -128,7 +129,7 @@ fn timed(
             ("create", _) => t.create(from)?,
             ("unlink", _) => t.unlink(from)?,
             ("rename", _) => t.rename(from, to)?,
-            ("stat", _) => drop(t.stat_held(&deep)?),
+            ("stat", _) => drop(t.stat_held(deep)?),
             ("read", Some(f)) => drop(f.pread(&mut buf, off)?),
             ("overwrite", Some(f)) => drop(f.pwrite(page, off)?),
             ("append", Some(f)) => drop(f.append(page)?),

@@ -4,10 +4,19 @@
 //! (a hash of its canonical path), the inode and its generation, so every process that
 //! reaches the pool, in-process or through the daemon, finds the same file.
 //!
-//! The shim does not remove them when a file goes away: only the server knows when no
-//! process still has the inode open. They are removed instead when the pool is opened by
-//! its only user (`Fs::open`, `engram serve`), when no process can hold one.
+//! The shim removes a mapping file at the last unmap of the inode, but not a lock file when
+//! its file goes away (only the server knows when no process still has the inode open), and
+//! a program killed while mapping leaves its mapping file too. When the pool is mounted
+//! (`Fs::open`, `engram serve`), the files of inodes that are no longer live (freed, or the
+//! slot reused with another generation) are removed: no process can open such an inode
+//! again, so no new holder can come to contend with one still holding the file. A file of
+//! a live inode stays, even with no process using it: a process that outlived the pool's
+//! last user (a forked child holding a flock, a client of a daemon since restarted) may
+//! still hold it, and a new file under its name would split that inode's locks in two.
 
+use crate::inode::{InodeData, field};
+use crate::layout::Geometry;
+use engram_pmem::Pool;
 use std::path::{Path, PathBuf};
 
 /// Where the files are made.
@@ -63,10 +72,39 @@ pub fn list(path: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Remove the pool's lock and mapping files (`list`); returns how many. Only for a pool no
-/// other process can reach (its exclusive lock just taken, or the pool gone): a file
-/// removed while a process still used it would split that inode's locks (or mapping) in
-/// two.
+/// Remove the lock and mapping files of the pool at `path` (mounted as `pool`) whose inode
+/// is no longer live; returns how many.
+pub fn remove_dead(path: &Path, pool: &Pool, geo: &Geometry) -> usize {
+    list(path)
+        .iter()
+        .filter(|f| {
+            let named = f.file_name().and_then(|n| inode_of(n.as_encoded_bytes()));
+            !named.is_some_and(|(ino, generation)| is_live(pool, geo, ino, generation))
+        })
+        .filter(|f| std::fs::remove_file(f).is_ok())
+        .count()
+}
+
+/// The inode and generation a side file's name ends with ("...-INO-GEN").
+fn inode_of(name: &[u8]) -> Option<(u64, u32)> {
+    let text = std::str::from_utf8(name).ok()?;
+    let (rest, generation) = text.rsplit_once('-')?;
+    let (_, ino) = rest.rsplit_once('-')?;
+    Some((ino.parse().ok()?, generation.parse().ok()?))
+}
+
+/// Whether inode `ino` of the mounted pool is in use with this generation.
+fn is_live(pool: &Pool, geo: &Geometry, ino: u64, generation: u32) -> bool {
+    if ino == 0 || ino >= geo.inode_count {
+        return false;
+    }
+    let d = InodeData::decode(pool.slice(geo.inode_addr(ino), field::INLINE));
+    !d.is_free() && d.generation == generation
+}
+
+/// Remove every lock and mapping file of the pool at `path` (`list`); returns how many.
+/// Only for a pool that no process uses any more (the benchmark's and the tests' pools,
+/// after their programs have exited).
 pub fn remove_all(path: &Path) -> usize {
     list(path)
         .iter()
@@ -100,5 +138,13 @@ mod tests {
         assert_eq!(left, [false, false]);
         assert!(other_left, "another pool's lock file was removed");
         assert!(removed >= 2);
+    }
+
+    #[test]
+    fn names_give_back_their_inode() {
+        assert_eq!(inode_of(lock_file(7, 42, 9).as_bytes()), Some((42, 9)));
+        assert_eq!(inode_of(map_file(7, 1, 0).as_bytes()), Some((1, 0)));
+        assert_eq!(inode_of(b"engram-lock-00ab-x-1"), None);
+        assert_eq!(inode_of(b"engram-lock-00ab-5-99999999999"), None);
     }
 }

@@ -98,11 +98,22 @@ fn check_clean(pool: &Path) {
     assert!(r.is_clean(), "{:?}", r.problems);
 }
 
-/// What clients of an earlier run left in /dev/shm (lock and mapping files of the pool) is
-/// removed when the daemon starts, and another pool's files are not.
+/// What clients of an earlier run left in /dev/shm for inodes since freed (lock and mapping
+/// files of the pool) is removed when the daemon starts; the files of live inodes (a client
+/// that outlived the daemon may hold one) and another pool's files are not.
 #[test]
-fn the_daemon_removes_what_earlier_clients_left() {
+fn the_daemon_removes_what_earlier_clients_left_of_freed_inodes() {
     let mut d = Daemon::start("sidefiles", 16 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    let make = |path: &str| {
+        let f = fs
+            .open_file(path, &OpenOptions::new().write(true).create(true))
+            .unwrap();
+        f.handle()
+    };
+    let (live, freed) = (make("/live"), make("/freed"));
+    fs.unlink("/freed").unwrap();
+    drop(fs);
     d.stop();
     let other = PathBuf::from(format!(
         "/dev/shm/engram-daemon-{}-other.pool",
@@ -110,24 +121,44 @@ fn the_daemon_removes_what_earlier_clients_left() {
     ));
     std::fs::write(&other, b"").unwrap();
     let id = |p: &Path| sidefiles::pool_id(&std::fs::canonicalize(p).unwrap());
-    let left = [
+    let dead = [
+        sidefiles::lock_file(id(&d.pool), freed.ino, freed.generation),
+        sidefiles::map_file(id(&d.pool), freed.ino, freed.generation),
+        // A slot never used, and the live inode under an older generation.
         sidefiles::lock_file(id(&d.pool), 12, 3),
-        sidefiles::map_file(id(&d.pool), 12, 3),
+        sidefiles::lock_file(id(&d.pool), live.ino, live.generation.wrapping_sub(1)),
     ];
-    let others = sidefiles::lock_file(id(&other), 12, 3);
-    for f in left.iter().chain([&others]) {
+    let kept = [
+        sidefiles::lock_file(id(&d.pool), live.ino, live.generation),
+        sidefiles::map_file(id(&d.pool), live.ino, live.generation),
+        sidefiles::lock_file(id(&other), freed.ino, freed.generation),
+    ];
+    for f in dead.iter().chain(&kept) {
         std::fs::write(f, b"").unwrap();
     }
     let (stop, thread) = serve(&d.pool, &d.socket.with_extension("again"));
-    let gone = left.iter().all(|f| !Path::new(f).exists());
-    let kept = Path::new(&others).exists();
+    let exists = |f: &String| Path::new(f).exists();
+    let (dead_left, kept_left): (Vec<bool>, Vec<bool>) = (
+        dead.iter().map(exists).collect(),
+        kept.iter().map(exists).collect(),
+    );
     stop.stop();
     thread.join().unwrap().unwrap();
-    for f in [&others, &other.display().to_string()] {
+    for f in dead
+        .iter()
+        .chain(&kept)
+        .chain([&other.display().to_string()])
+    {
         let _ = std::fs::remove_file(f);
     }
-    assert!(gone, "the daemon's start removed its pool's files");
-    assert!(kept, "another pool's lock file was removed");
+    assert_eq!(
+        dead_left, [false; 4],
+        "the files of freed inodes are removed"
+    );
+    assert_eq!(
+        kept_left, [true; 3],
+        "live inodes' and another pool's files stay"
+    );
 }
 
 #[test]

@@ -84,36 +84,41 @@ fn record_locks_of_an_in_process_pool_keep_linux_semantics() {
     c_program_in_process("locks", "LOCKS-OK");
 }
 
-/// The lock file of a program's flock stays after it exits (the kernel's locks live on it
-/// while the pool is in use) and goes when the pool is next opened: by the next program,
-/// or by anything else.
+/// The lock file of a program's flock stays after it exits while its file lives (a process
+/// that outlived the program may still hold it), and goes when the pool is next opened
+/// once the file is deleted.
 #[test]
-fn lock_files_are_removed_when_the_pool_is_next_opened() {
+fn lock_files_of_deleted_files_are_removed_when_the_pool_is_next_opened() {
     if !common::require("flock", "util-linux") {
         return;
     }
     let (dir, pool) = fresh_pool("lockfiles");
-    let flock = |name: &str| {
-        // One process opens the pool: flock (which then runs `true` in a child).
-        let out = in_process(&pool, &format!("exec flock {MOUNT}/{name} true"));
+    // Each script is one process that opens the pool (flock runs `true` in a child).
+    let run = |script: &str| {
+        let out = in_process(&pool, &format!("exec {script}"));
         assert!(
             out.status.success(),
-            "{}",
+            "{script}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         engram_core::sidefiles::list(&pool)
     };
-    let first = flock("f");
+    let first = run(&format!("flock {MOUNT}/f true"));
     assert_eq!(
         first.len(),
         1,
         "one lock file for the locked inode: {first:?}"
     );
-    let second = flock("g");
-    assert_eq!(second.len(), 1, "only the second program's: {second:?}");
-    assert_ne!(first, second);
+    let both = run(&format!("flock {MOUNT}/g true"));
+    assert_eq!(both.len(), 2, "f's file stays while f lives: {both:?}");
+    assert_eq!(run(&format!("rm {MOUNT}/g")).len(), 2);
     drop(Fs::open(&pool, &Default::default()).unwrap());
-    assert_eq!(engram_core::sidefiles::list(&pool), Vec::<PathBuf>::new());
+    assert_eq!(
+        engram_core::sidefiles::list(&pool),
+        first,
+        "g's file went, f's stayed"
+    );
+    engram_core::sidefiles::remove_all(&pool);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -212,9 +212,8 @@ fn run(
         )
     })?;
     let abs_path = std::fs::canonicalize(pool_path)?;
-    // No client can reach the pool yet: what the last ones left goes.
-    crate::sidefiles::remove_all(&abs_path);
     let m = recovery::mount(&pool)?;
+    crate::sidefiles::remove_dead(&abs_path, &pool, &m.sb.geometry);
     if !m.was_clean {
         log(&format!(
             "recovered: {} log records replayed, {} orphans freed",

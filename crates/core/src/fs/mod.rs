@@ -111,9 +111,9 @@ impl Fs {
                 format!("pool {} is in use by another process", path.display()),
             )
         })?;
-        // No other process can reach the pool now: what the last ones left goes.
-        crate::sidefiles::remove_all(path);
-        Fs::open_pool(pool, opts)
+        let fs = Fs::open_pool(pool, opts)?;
+        crate::sidefiles::remove_dead(path, &fs.core.pool, &fs.core.geo);
+        Ok(fs)
     }
 
     /// Open an already mapped pool (a file, or memory in tests and the crash harness).

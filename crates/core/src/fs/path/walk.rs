@@ -59,6 +59,7 @@ pub(crate) struct Base {
 impl Base {
     #[inline]
     pub(crate) fn of(h: Option<Handle>) -> Base {
+        debug_assert!(h.is_none_or(|h| h.ino != 0), "inode 0 is never a directory");
         h.map_or(
             Base {
                 ino: 0,
