@@ -7,7 +7,7 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`; the descriptor table is `table` (its
+//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`; the descriptor table is `table` (its
 //! descriptions `openfile`), the operation guard fork waits for `opguard`, the
 //! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
@@ -42,6 +42,7 @@ pub mod session;
 pub mod stat;
 pub mod stdio;
 pub mod table;
+pub mod tempfiles;
 pub mod util;
 pub mod xfer;
 

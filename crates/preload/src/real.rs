@@ -142,6 +142,16 @@ reals! {
     fn euidaccess(path: *const c_char, mode: c_int) -> c_int;
     fn eaccess(path: *const c_char, mode: c_int) -> c_int;
     fn mkdir(path: *const c_char, mode: mode_t) -> c_int;
+    fn mkstemp(template: *mut c_char) -> c_int;
+    fn mkstemp64(template: *mut c_char) -> c_int;
+    fn mkostemp(template: *mut c_char, flags: c_int) -> c_int;
+    fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int;
+    fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int;
+    fn mkstemps64(template: *mut c_char, suffix: c_int) -> c_int;
+    fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int;
+    fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int;
+    fn mkdtemp(template: *mut c_char) -> *mut c_char;
+    fn mktemp(template: *mut c_char) -> *mut c_char;
     fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int;
     fn rmdir(path: *const c_char) -> c_int;
     fn unlink(path: *const c_char) -> c_int;

@@ -1,5 +1,5 @@
-//! coreutils, tar, find and a shell script with redirections and pipes, run on EngramFS
-//! through the shim; every result is checked.
+//! coreutils, tar, find, git, `sed -i` and a shell script with redirections and pipes, run
+//! on EngramFS through the shim; every result is checked.
 
 mod common;
 
@@ -94,5 +94,43 @@ via-3-child"
         "#);
     assert!(out.contains("copy r.txt"), "{out}");
     assert!(out.trim_end().ends_with("rel\ndone"), "{out}");
+    p.fsck();
+}
+
+/// git and `sed -i`: they make their files with mkstemp (which glibc serves with its own
+/// internal open) and git removes its lock files from exit handlers.
+#[test]
+fn git_and_sed_in_place_work_in_the_pool() {
+    if !common::require("git", "git") {
+        return;
+    }
+    let p = Pool::new("git", 128);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        export HOME=$PWD GIT_CONFIG_NOSYSTEM=1
+        git init -q $M/repo
+        cd $M/repo
+        git config user.email test@example.com
+        git config user.name test
+        for i in $(seq 1 20); do echo "line $i" > f$i.txt; done
+        mkdir -p sub/deep && echo deep > sub/deep/x
+        git add -A
+        git commit -q -m first
+        sed -i 's/line 3/third line/' f3.txt
+        test "$(cat f3.txt)" = "third line"
+        git commit -q -a -m second
+        test "$(git log --oneline | wc -l)" = 2
+        test -z "$(git status --porcelain)"
+        git show HEAD:f3.txt
+        git diff HEAD~1 --stat | tail -1
+        test ! -e .git/index.lock
+        git clone -q $M/repo $M/clone
+        diff -r --exclude=.git $M/repo $M/clone && echo same
+        "#);
+    assert_eq!(
+        out.trim(),
+        "third line\n 1 file changed, 1 insertion(+), 1 deletion(-)\nsame",
+        "{out}"
+    );
     p.fsck();
 }

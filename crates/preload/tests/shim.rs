@@ -1,7 +1,8 @@
 //! The shim's own guarantees: a pool opened in-process is exclusive (with a clear error for
 //! a second process), a pool that cannot be opened fails only calls under the prefix, and
 //! a closed number whose placeholder the shim keeps is closed to the program, and record
-//! locks answered in the process keep Linux's semantics.
+//! locks answered in the process keep Linux's semantics, and the temporary-file calls
+//! glibc serves with its own internal calls (mkstemp, mkdtemp, mktemp) work in the pool.
 
 mod common;
 
@@ -46,9 +47,10 @@ fn in_process(pool: &std::path::Path, script: &str) -> std::process::Output {
     output(c, Duration::from_secs(60))
 }
 
-/// Compile tests/c/NAME.c and run it on a fresh pool opened in its own process; it prints
-/// `OK` (its name in capitals, then "-OK") when every check passed.
-fn c_program_in_process(name: &str, ok: &str) {
+/// Compile tests/c/NAME.c and run it on a fresh pool opened in its own process, with the
+/// mount prefix as its argument (and, with `real_dir`, a directory outside the pool as a
+/// second); it prints `OK` (its name in capitals, then "-OK") when every check passed.
+fn c_program_in_process(name: &str, ok: &str, real_dir: bool) {
     if !common::require("gcc", "gcc") {
         return;
     }
@@ -62,7 +64,14 @@ fn c_program_in_process(name: &str, ok: &str) {
         .status()
         .expect("run gcc");
     assert!(st.success(), "gcc failed on {src}");
-    let out = in_process(&pool, &format!("exec {} {MOUNT}", exe.display()));
+    let real = if real_dir {
+        let d = dir.join("real");
+        std::fs::create_dir(&d).unwrap();
+        d.display().to_string()
+    } else {
+        String::new()
+    };
+    let out = in_process(&pool, &format!("exec {} {MOUNT} {real}", exe.display()));
     common::remove_lock_files(&pool);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -76,12 +85,17 @@ fn c_program_in_process(name: &str, ok: &str) {
 
 #[test]
 fn a_closed_number_kept_as_a_spare_is_closed_to_the_program() {
-    c_program_in_process("spare", "SPARE-OK");
+    c_program_in_process("spare", "SPARE-OK", false);
 }
 
 #[test]
 fn record_locks_of_an_in_process_pool_keep_linux_semantics() {
-    c_program_in_process("locks", "LOCKS-OK");
+    c_program_in_process("locks", "LOCKS-OK", false);
+}
+
+#[test]
+fn mkstemp_mkdtemp_and_mktemp_make_their_files_in_the_pool() {
+    c_program_in_process("tempfiles", "TEMPFILES-OK", true);
 }
 
 /// The lock file of a program's flock stays after it exits while its file lives (a process

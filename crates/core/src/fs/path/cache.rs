@@ -102,24 +102,28 @@ impl Fs {
         // no answer) and the generation plus one (0: none). An `Option<At>` came back
         // through memory, stored field by field and loaded whole, and that load waited for
         // the stores to reach the cache.
-        let (ino, generation) = CACHE.with(|c| -> (u64, u64) {
-            let found = (|| {
-                // Busy only if a signal handler walks while this thread was filling it.
-                let c = c.try_borrow().ok()?;
-                let c = c.as_ref().filter(|c| c.is_for(self))?;
-                let s = c.slots[slot_of(path)].as_ref()?;
-                if s.query != query || s.path != path {
-                    return None;
-                }
-                let fresh = s.deps.deps[..s.deps.n]
-                    .iter()
-                    .all(|&(ino, seq)| seqs.read_ok(ino, seq));
-                fresh.then_some(s.found)
-            })();
-            found.map_or((0, 0), |at| {
-                (at.ino, at.generation.map_or(0, |g| u64::from(g) + 1))
+        // No answer once the thread's cache is destroyed: exit handlers (git's, removing its
+        // lock files) walk after the thread-locals are gone, and `with` panicked there.
+        let (ino, generation) = CACHE
+            .try_with(|c| -> (u64, u64) {
+                let found = (|| {
+                    // Busy only if a signal handler walks while this thread was filling it.
+                    let c = c.try_borrow().ok()?;
+                    let c = c.as_ref().filter(|c| c.is_for(self))?;
+                    let s = c.slots[slot_of(path)].as_ref()?;
+                    if s.query != query || s.path != path {
+                        return None;
+                    }
+                    let fresh = s.deps.deps[..s.deps.n]
+                        .iter()
+                        .all(|&(ino, seq)| seqs.read_ok(ino, seq));
+                    fresh.then_some(s.found)
+                })();
+                found.map_or((0, 0), |at| {
+                    (at.ino, at.generation.map_or(0, |g| u64::from(g) + 1))
+                })
             })
-        });
+            .unwrap_or((0, 0));
         (ino != 0).then(|| At {
             ino,
             generation: generation.checked_sub(1).map(|g| g as u32),
@@ -131,7 +135,8 @@ impl Fs {
         if !deps.fits() || path.len() > MAX_PATH {
             return;
         }
-        CACHE.with(|c| {
+        // Not remembered once the thread's cache is destroyed (see `cached_walk`).
+        let _ = CACHE.try_with(|c| {
             let Ok(mut c) = c.try_borrow_mut() else {
                 return;
             };
