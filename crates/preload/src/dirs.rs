@@ -327,17 +327,32 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
 type Filter = Option<unsafe extern "C" fn(*const dirent64) -> c_int>;
 type Compar = Option<unsafe extern "C" fn(*const c_void, *const c_void) -> c_int>;
 
+/// scandir of `path` relative to `dirfd` (`AT_FDCWD`: the current directory), through the
+/// shim's own openat, fdopendir, readdir and closedir.
 fn scandir_impl(
+    dirfd: c_int,
     path: *const c_char,
     list: *mut *mut *mut dirent64,
     filter: Filter,
     compar: Compar,
 ) -> c_int {
-    // SAFETY: our opendir/readdir/closedir on the caller's path; entries are malloc'd
-    // copies handed to the caller, who frees them.
+    // SAFETY: our openat/fdopendir/readdir/closedir on the caller's path; entries are
+    // malloc'd copies handed to the caller, who frees them.
     unsafe {
-        let d = opendir(path);
+        let fd = crate::open::openat(
+            dirfd,
+            path,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        );
+        if fd < 0 {
+            return -1;
+        }
+        let d = fdopendir(fd);
         if d.is_null() {
+            let e = crate::util::errno();
+            crate::open::close(fd);
+            crate::util::set_errno(e);
             return -1;
         }
         let mut v: Vec<*mut dirent64> = Vec::new();
@@ -379,46 +394,61 @@ fn scandir_impl(
     }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn scandir(
+/// The body of the scandir family: libc for paths that are not ours (`pass`).
+fn scandir_routed(
+    dirfd: c_int,
     path: *const c_char,
     list: *mut *mut *mut dirent64,
     filter: Filter,
     compar: Compar,
+    pass: impl FnOnce(*const c_void, *const c_void) -> c_int,
 ) -> c_int {
     crate::guarded!(-1, {
-        let _r = routed!(
-            libc::AT_FDCWD,
-            path,
-            real::scandir(
-                path,
-                list,
-                std::mem::transmute::<Filter, *const c_void>(filter),
-                std::mem::transmute::<Compar, *const c_void>(compar)
-            )
+        let (f, c) = (
+            filter.map_or(std::ptr::null(), |f| f as *const c_void),
+            compar.map_or(std::ptr::null(), |c| c as *const c_void),
         );
-        scandir_impl(path, list, filter, compar)
+        // SAFETY: the caller's path is a valid C string (or null).
+        if let Ok(crate::route::Route::Pass) = unsafe { crate::route::route(dirfd, path) } {
+            return Ok(pass(f, c));
+        }
+        scandir_impl(dirfd, path, list, filter, compar)
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn scandir64(
-    path: *const c_char,
-    list: *mut *mut *mut dirent64,
-    filter: Filter,
-    compar: Compar,
-) -> c_int {
-    crate::guarded!(-1, {
-        let _r = routed!(
-            libc::AT_FDCWD,
-            path,
-            real::scandir64(
-                path,
-                list,
-                std::mem::transmute::<Filter, *const c_void>(filter),
-                std::mem::transmute::<Compar, *const c_void>(compar)
-            )
-        );
-        scandir_impl(path, list, filter, compar)
-    })
+macro_rules! scandirs {
+    ($($name:ident),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            list: *mut *mut *mut dirent64,
+            filter: Filter,
+            compar: Compar,
+        ) -> c_int {
+            // SAFETY: forwarding the caller's arguments unchanged when not ours.
+            scandir_routed(libc::AT_FDCWD, path, list, filter, compar, |f, c| unsafe {
+                real::$name(path, list, f, c)
+            })
+        }
+    )*};
 }
+scandirs!(scandir, scandir64);
+
+macro_rules! scandirats {
+    ($($name:ident),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dirfd: c_int,
+            path: *const c_char,
+            list: *mut *mut *mut dirent64,
+            filter: Filter,
+            compar: Compar,
+        ) -> c_int {
+            // SAFETY: forwarding the caller's arguments unchanged when not ours.
+            scandir_routed(dirfd, path, list, filter, compar, |f, c| unsafe {
+                real::$name(dirfd, path, list, f, c)
+            })
+        }
+    )*};
+}
+scandirats!(scandirat, scandirat64);

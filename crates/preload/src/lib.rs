@@ -7,7 +7,7 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`; the descriptor table is `table` (its
+//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`, `glob`, `ftw`; the descriptor table is `table` (its
 //! descriptions `openfile`), the operation guard fork waits for `opguard`, the
 //! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
@@ -24,6 +24,8 @@ pub mod cwd;
 pub mod desc;
 pub mod dirs;
 pub mod fcntl;
+pub mod ftw;
+pub mod glob;
 pub mod io;
 pub mod mmap;
 pub mod open;

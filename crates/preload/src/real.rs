@@ -206,6 +206,14 @@ reals! {
     fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t;
     fn scandir(path: *const c_char, list: *mut *mut *mut dirent64, filter: *const c_void, cmp: *const c_void) -> c_int;
     fn scandir64(path: *const c_char, list: *mut *mut *mut dirent64, filter: *const c_void, cmp: *const c_void) -> c_int;
+    fn scandirat(dirfd: c_int, path: *const c_char, list: *mut *mut *mut dirent64, filter: *const c_void, cmp: *const c_void) -> c_int;
+    fn scandirat64(dirfd: c_int, path: *const c_char, list: *mut *mut *mut dirent64, filter: *const c_void, cmp: *const c_void) -> c_int;
+    fn nftw(dir: *const c_char, f: *const c_void, nopenfd: c_int, flags: c_int) -> c_int;
+    fn nftw64(dir: *const c_char, f: *const c_void, nopenfd: c_int, flags: c_int) -> c_int;
+    fn ftw(dir: *const c_char, f: *const c_void, nopenfd: c_int) -> c_int;
+    fn ftw64(dir: *const c_char, f: *const c_void, nopenfd: c_int) -> c_int;
+    fn glob(pattern: *const c_char, flags: c_int, errfunc: *const c_void, pglob: *mut c_void) -> c_int;
+    fn glob64(pattern: *const c_char, flags: c_int, errfunc: *const c_void, pglob: *mut c_void) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int) [arg: c_ulong] -> c_int;
     fn fcntl64(fd: c_int, cmd: c_int) [arg: c_ulong] -> c_int;
     fn umask(mask: mode_t) -> mode_t;

@@ -1,8 +1,9 @@
 //! The shim's own guarantees: a pool opened in-process is exclusive (with a clear error for
 //! a second process), a pool that cannot be opened fails only calls under the prefix, and
 //! a closed number whose placeholder the shim keeps is closed to the program, and record
-//! locks answered in the process keep Linux's semantics, and the temporary-file calls
-//! glibc serves with its own internal calls (mkstemp, mkdtemp, mktemp) work in the pool.
+//! locks answered in the process keep Linux's semantics, and the temporary-file calls and
+//! directory walks glibc serves with its own internal calls (mkstemp, mkdtemp, mktemp,
+//! nftw, ftw, glob, scandirat) work in the pool.
 
 mod common;
 
@@ -96,6 +97,13 @@ fn record_locks_of_an_in_process_pool_keep_linux_semantics() {
 #[test]
 fn mkstemp_mkdtemp_and_mktemp_make_their_files_in_the_pool() {
     c_program_in_process("tempfiles", "TEMPFILES-OK", true);
+}
+
+/// nftw, ftw, glob and scandirat: glibc walks with its internal calls; the shim's results
+/// on a tree in the pool must be glibc's on the same tree in a real directory.
+#[test]
+fn nftw_ftw_glob_and_scandirat_give_libcs_results_in_the_pool() {
+    c_program_in_process("walks", "WALKS-OK", true);
 }
 
 /// The lock file of a program's flock stays after it exits while its file lives (a process
