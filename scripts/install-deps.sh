@@ -4,10 +4,10 @@
 # told what is missing.
 set -euo pipefail
 
-# fuse3: FUSE mounts (fusermount3); sqlite3, git, fio, rocksdb-tools (db_bench), python3:
-# programs the FUSE and shim tests run (under CI a missing one fails its test); gcc: the
-# shim's C part (dprintf) and the shim's C test program.
-PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools python3 gcc)
+# fuse3: FUSE mounts (fusermount3); sqlite3, git, fio, rocksdb-tools (db_bench), python3,
+# make, patch: programs the FUSE and shim tests run (under CI a missing one fails its test);
+# gcc: the shim's C part (dprintf) and the shim's C test programs.
+PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools python3 gcc make patch)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

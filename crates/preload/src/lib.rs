@@ -7,7 +7,7 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`, `glob`, `ftw`; the descriptor table is `table` (its
+//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`, `glob`, `ftw`, `exec`, `syscalls`; the descriptor table is `table` (its
 //! descriptions `openfile`), the operation guard fork waits for `opguard`, the
 //! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
@@ -23,6 +23,7 @@ pub mod attrs;
 pub mod cwd;
 pub mod desc;
 pub mod dirs;
+pub mod exec;
 pub mod fcntl;
 pub mod ftw;
 pub mod glob;
@@ -43,6 +44,7 @@ pub mod route;
 pub mod session;
 pub mod stat;
 pub mod stdio;
+pub mod syscalls;
 pub mod table;
 pub mod tempfiles;
 pub mod util;

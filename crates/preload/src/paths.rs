@@ -98,14 +98,23 @@ pub unsafe extern "C" fn renameat(
     fd2: c_int,
     to: *const c_char,
 ) -> c_int {
-    crate::guarded!(-1, {
-        // SAFETY: as renameat2 without flags.
-        unsafe { renameat2(fd1, from, fd2, to, 0) }
-    })
+    renameat2_inside(fd1, from, fd2, to, 0)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn renameat2(
+    fd1: c_int,
+    from: *const c_char,
+    fd2: c_int,
+    to: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    renameat2_inside(fd1, from, fd2, to, flags)
+}
+
+/// renameat2's body, called directly (not through the exported symbol, which a program
+/// may define itself: patch's gnulib renameat2 calls `syscall`, which comes back here).
+pub(crate) fn renameat2_inside(
     fd1: c_int,
     from: *const c_char,
     fd2: c_int,

@@ -2,8 +2,10 @@
 //! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
 //! and exec: descriptors survive as memfds (see `desc`; they are published before fork and
 //! posix_spawn), the virtual current directory as
-//! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged).
+//! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged), and
+//! programs stored in the pool run from a copy (`exec`).
 
+use crate::exec::Program;
 use crate::real;
 use crate::route::{set_virtual_cwd, virtual_cwd};
 use libc::{c_char, c_int, pid_t};
@@ -136,12 +138,51 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     crate::guarded!(-1, {
+        // SAFETY: the caller's path.
+        let program = unsafe { Program::of_path(path) }?;
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
-        // SAFETY: the real execve with the caller's path and arguments.
-        unsafe { real::execve(path, argv, env.as_ptr()) }
+        // SAFETY: the real execve (or fexecve of the pool program's copy) with the caller's
+        // path and arguments.
+        unsafe {
+            match &program {
+                Some(p) => real::fexecve(p.fd(), argv, env.as_ptr()),
+                None => real::execve(path, argv, env.as_ptr()),
+            }
+        }
     })
+}
+
+unsafe extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// glibc's execv calls its own execve, not the exported one: the shim's, for programs in
+/// the pool and the virtual current directory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the caller's arguments and the process's environment.
+    unsafe { execve(path, argv, environ) }
+}
+
+/// As `execv`, with glibc's search of PATH.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: as above.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+/// Whether `file` names a path (it holds a slash) rather than a program to find in PATH.
+///
+/// # Safety
+/// `file` is null or a valid C string.
+unsafe fn has_slash(file: *const c_char) -> bool {
+    // SAFETY: the caller's C string.
+    !file.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(file) }
+            .to_bytes()
+            .contains(&b'/')
 }
 
 #[unsafe(no_mangle)]
@@ -151,6 +192,12 @@ pub unsafe extern "C" fn execvpe(
     envp: *const *const c_char,
 ) -> c_int {
     crate::guarded!(-1, {
+        // SAFETY: the caller's file.
+        if unsafe { has_slash(file) } {
+            // A path: no search (a program in the pool is copied by `execve`).
+            // SAFETY: the caller's arguments.
+            return Ok(unsafe { execve(file, argv, envp) });
+        }
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
@@ -167,16 +214,17 @@ pub unsafe extern "C" fn fexecve(
 ) -> c_int {
     crate::guarded!(-1, {
         crate::desc::refuse_spare(fd)?;
-        if crate::table::is_ours(fd) {
-            // The kernel cannot execute a file it does not see.
-            crate::util::set_errno(libc::ENOEXEC);
-            return Ok(-1);
-        }
+        // The kernel cannot execute a file it does not see: its copy.
+        let program = if crate::table::is_ours(fd) {
+            Some(Program::of_fd(fd)?)
+        } else {
+            None
+        };
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real fexecve.
-        unsafe { real::fexecve(fd, argv, env.as_ptr()) }
+        unsafe { real::fexecve(program.as_ref().map_or(fd, Program::fd), argv, env.as_ptr()) }
     })
 }
 
@@ -197,6 +245,11 @@ pub unsafe extern "C" fn posix_spawn(
     crate::guarded!(libc::EIO, {
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();
+        // A program in the pool: the child executes its copy (open until spawned).
+        // SAFETY: the caller's path.
+        let program = unsafe { Program::of_path(path) }?;
+        let copy = program.as_ref().map(Program::proc_path);
+        let path = copy.as_ref().map_or(path, |c| c.as_ptr());
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
@@ -215,6 +268,12 @@ pub unsafe extern "C" fn posix_spawnp(
     envp: *const *mut c_char,
 ) -> c_int {
     crate::guarded!(libc::EIO, {
+        // SAFETY: the caller's file.
+        if unsafe { has_slash(path) } {
+            // A path: no search (a program in the pool is copied by `posix_spawn`).
+            // SAFETY: the caller's arguments.
+            return Ok(unsafe { posix_spawn(pid, path, fa, at, argv, envp) });
+        }
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();
         let own = cwd_entry();

@@ -14,7 +14,7 @@ use libc::{
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Find `name` (NUL-terminated) in the objects loaded after this one.
-fn lookup(name: &'static [u8]) -> usize {
+pub(crate) fn lookup(name: &'static [u8]) -> usize {
     // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this library.
     let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) };
     if p.is_null() {
@@ -252,4 +252,19 @@ reals! {
     fn removexattr(path: *const c_char, name: *const c_char) -> c_int;
     fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int;
     fn fremovexattr(fd: c_int, name: *const c_char) -> c_int;
+}
+
+/// glibc's variadic syscall(2) with the six arguments the kernel takes at most.
+pub unsafe fn syscall6(n: libc::c_long, a: [libc::c_long; 6]) -> libc::c_long {
+    static PTR: AtomicUsize = AtomicUsize::new(0);
+    let mut p = PTR.load(Ordering::Relaxed);
+    if p == 0 {
+        p = lookup(b"syscall\0");
+        PTR.store(p, Ordering::Relaxed);
+    }
+    // SAFETY: `p` is glibc's syscall, variadic after the number.
+    let f: unsafe extern "C" fn(libc::c_long, ...) -> libc::c_long =
+        unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller passes what the system call expects.
+    unsafe { f(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
 }

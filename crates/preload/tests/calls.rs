@@ -13,14 +13,10 @@ use common::{Pool, output, require};
 use std::process::Command;
 use std::time::Duration;
 
-#[test]
-fn c_program_exercises_the_less_common_calls() {
-    if !require("gcc", "gcc") {
-        return;
-    }
-    let p = Pool::new("calls", 64);
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/calls.c");
-    let exe = p.scratch.join("calls");
+/// Compile tests/c/NAME.c into the pool's scratch directory.
+fn compile(p: &Pool, name: &str) -> std::path::PathBuf {
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = p.scratch.join(name);
     let st = Command::new("gcc")
         .args([
             "-O1",
@@ -30,10 +26,20 @@ fn c_program_exercises_the_less_common_calls() {
         ])
         .args(["-pthread", "-o"])
         .arg(&exe)
-        .arg(src)
+        .arg(&src)
         .status()
         .expect("run gcc");
     assert!(st.success(), "gcc failed on {src}");
+    exe
+}
+
+#[test]
+fn c_program_exercises_the_less_common_calls() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("calls", 64);
+    let exe = compile(&p, "calls");
     let real = p.scratch.join("real");
     std::fs::create_dir_all(&real).unwrap();
     let mut c = p.command(exe.to_str().unwrap());
@@ -56,5 +62,28 @@ fn c_program_exercises_the_less_common_calls() {
     assert_eq!(fs.read_file("/fr3.txt").unwrap(), b"pool side");
     assert_eq!(fs.stat("/threads.txt").unwrap().size, 2 * 2000 * 16);
     drop(fs);
+    p.fsck();
+}
+
+/// Programs stored in the pool run (a script and a copy of /bin/true, through execv,
+/// execvp, execve, fexecve, posix_spawn and posix_spawnp), and a file without execute
+/// permission gives EACCES (tests/c/exec.c); the children share the pool through the daemon.
+#[test]
+fn programs_stored_in_the_pool_run() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("exec", 64);
+    let exe = compile(&p, "exec");
+    let mut c = p.command(exe.to_str().unwrap());
+    c.arg("/mnt/engram");
+    let out = output(c, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("EXEC-OK"),
+        "{:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
     p.fsck();
 }

@@ -134,3 +134,34 @@ fn git_and_sed_in_place_work_in_the_pool() {
     );
     p.fsck();
 }
+
+/// make builds a program in the pool with gcc (each a process of its own, sharing the pool
+/// through the daemon) and runs it from there; patch (whose gnulib renameat2 calls
+/// `syscall`) edits a file in place.
+#[test]
+fn make_gcc_and_patch_work_in_the_pool() {
+    if !(common::require("gcc", "gcc")
+        && common::require("make", "make")
+        && common::require("patch", "patch"))
+    {
+        return;
+    }
+    let p = Pool::new("make", 128);
+    let out = p.sh(r#"
+        cd /mnt/engram
+        mkdir proj && cd proj
+        printf '#include <stdio.h>\nint twice(int);\nint main(void) { printf("%%d\\n", twice(21)); return 0; }\n' > main.c
+        printf 'int twice(int x) { return 2 * x; }\n' > util.c
+        printf 'prog: main.o util.o\n\tgcc -o $@ $^\n%%.o: %%.c\n\tgcc -c -O1 -o $@ $<\n' > Makefile
+        make -s
+        ./prog
+        test "$(make -s 2>&1)" = ""
+        touch util.c && make -s && ./prog
+        printf '#!/bin/sh\necho script "$@"\n' > run.sh && chmod +x run.sh && ./run.sh ok
+        cp util.c old.c && sed -i 's/2 \* x/x + x/' util.c
+        diff -u old.c util.c > fix.patch || true
+        patch -s old.c fix.patch && cmp old.c util.c && echo patched
+        "#);
+    assert_eq!(out.trim(), "42\n42\nscript ok\npatched", "{out}");
+    p.fsck();
+}

@@ -1,0 +1,106 @@
+//! Programs stored in the pool. The kernel executes only files it can see, so a program
+//! under the prefix (or a descriptor of ours) is copied into a memfd, which the kernel can
+//! execute (`fexecve`, or `/proc/self/fd/N` for `posix_spawn`). Executing takes the pool
+//! file's execute permission (EACCES without it, as for a directory); set-id bits are not
+//! honoured. A script (`#!`) keeps its memfd open in the new program, where its interpreter
+//! reads it as `/dev/fd/N` (the kernel runs it so); a binary's memfd closes on exec.
+
+use crate::route::Route;
+use crate::util::{Res, errno};
+use libc::{c_char, c_int};
+
+/// A program's copy, closed on drop (after an exec that failed, or once spawned).
+pub struct Program(c_int);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the memfd this object owns.
+        unsafe { crate::real::close(self.0) };
+    }
+}
+
+impl Program {
+    /// The copy of the program at `path` when the path is ours; None otherwise (the
+    /// kernel executes it as usual).
+    ///
+    /// # Safety
+    /// `path` is null or a valid C string.
+    pub unsafe fn of_path(path: *const c_char) -> Res<Option<Program>> {
+        // SAFETY: the caller's C string.
+        if let Ok(Route::Pass) = unsafe { crate::route::route(libc::AT_FDCWD, path) } {
+            return Ok(None);
+        }
+        // SAFETY: the shim's own calls on the caller's C string.
+        unsafe {
+            if crate::attrs::access(path, libc::X_OK) != 0 {
+                return Err(errno());
+            }
+            let fd = crate::open::open64(path, libc::O_RDONLY | libc::O_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(errno());
+            }
+            let copy = Program::copy(fd);
+            crate::open::close(fd);
+            copy.map(Some)
+        }
+    }
+
+    /// The copy of the program open as `fd` (a descriptor of ours).
+    pub fn of_fd(fd: c_int) -> Res<Program> {
+        Program::copy(fd)
+    }
+
+    pub fn fd(&self) -> c_int {
+        self.0
+    }
+
+    /// `/proc/self/fd/N` of the copy, for calls that take a path.
+    pub fn proc_path(&self) -> std::ffi::CString {
+        std::ffi::CString::new(format!("/proc/self/fd/{}", self.0)).expect("digits")
+    }
+
+    fn copy(fd: c_int) -> Res<Program> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: the shim's own fstat into a local buffer, then its pread into local ones.
+        unsafe {
+            if crate::stat::fstat64(fd, st.as_mut_ptr()) != 0 {
+                return Err(errno());
+            }
+            let st = st.assume_init();
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {
+                return Err(libc::EACCES);
+            }
+            let mut head = [0u8; 2];
+            let script =
+                crate::io::pread64(fd, head.as_mut_ptr().cast(), 2, 0) == 2 && head == *b"#!";
+            let flags = if script { 0 } else { libc::MFD_CLOEXEC };
+            let memfd = libc::memfd_create(c"engram-exec".as_ptr(), flags);
+            if memfd < 0 {
+                return Err(errno());
+            }
+            let program = Program(memfd);
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0i64;
+            loop {
+                let n = crate::io::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), off);
+                if n < 0 {
+                    return Err(errno());
+                }
+                if n == 0 {
+                    break;
+                }
+                let mut done = 0usize;
+                while done < n as usize {
+                    let w =
+                        crate::real::write(memfd, buf[done..].as_ptr().cast(), n as usize - done);
+                    if w < 0 {
+                        return Err(errno());
+                    }
+                    done += w as usize;
+                }
+                off += n as i64;
+            }
+            Ok(program)
+        }
+    }
+}

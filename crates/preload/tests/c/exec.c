@@ -1,0 +1,109 @@
+/* Programs stored in the pool (argv[1]): a script and a copy of /bin/true, run through
+ * execv, execvp, execve, fexecve and posix_spawn from forked children; a file without
+ * execute permission gives EACCES. Prints EXEC-OK. */
+#define _GNU_SOURCE
+#include "check.h"
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static void copy(const char *from, const char *to, mode_t mode) {
+    int in = open(from, O_RDONLY), out = open(to, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CHECK(in >= 0 && out >= 0);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0) CHECK(write(out, buf, n) == n);
+    CHECK(n == 0 && close(in) == 0 && close(out) == 0 && chmod(to, mode) == 0);
+}
+
+/* Run `how` in a child whose stdout is a pipe; return what it printed and its status. */
+static int run(void (*how)(const char *), const char *prog, char *out, size_t size) {
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        how(prog);
+        printf("exec failed: %s\n", strerror(errno));
+        fflush(stdout);
+        _exit(errno == EACCES ? 13 : 99);
+    }
+    close(p[1]);
+    ssize_t n = read(p[0], out, size - 1);
+    out[n > 0 ? n : 0] = 0;
+    close(p[0]);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static void by_execv(const char *prog) {
+    char *av[] = {(char *)prog, "execv", NULL};
+    execv(prog, av);
+}
+static void by_execvp(const char *prog) {
+    char *av[] = {(char *)prog, "execvp", NULL};
+    execvp(prog, av);
+}
+static void by_execve(const char *prog) {
+    char *av[] = {(char *)prog, "execve", NULL};
+    execve(prog, av, environ);
+}
+static void by_fexecve(const char *prog) {
+    int fd = open(prog, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char *av[] = {(char *)prog, "fexecve", NULL};
+    fexecve(fd, av, environ);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    char script[512], binary[512], plain[512], out[256];
+    snprintf(script, sizeof script, "%s/s.sh", argv[1]);
+    snprintf(binary, sizeof binary, "%s/true", argv[1]);
+    snprintf(plain, sizeof plain, "%s/plain.sh", argv[1]);
+    int fd = open(script, O_CREAT | O_WRONLY, 0755);
+    const char *text = "#!/bin/sh\necho ran \"$1\"\n";
+    CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && close(fd) == 0);
+    copy("/bin/true", binary, 0755);
+    copy(script, plain, 0644);
+
+    void (*ways[])(const char *) = {by_execv, by_execvp, by_execve, by_fexecve};
+    const char *names[] = {"execv", "execvp", "execve", "fexecve"};
+    for (int i = 0; i < 4; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "ran %s\n", names[i]);
+        int st = run(ways[i], script, out, sizeof out);
+        if (st != 0 || strcmp(out, want) != 0) {
+            fprintf(stderr, "FAIL: %s of a script: status %d, printed \"%s\"\n", names[i], st, out);
+            return 1;
+        }
+        CHECK(run(ways[i], binary, out, sizeof out) == 0 && out[0] == 0);
+        CHECK(run(ways[i], plain, out, sizeof out) == 13);
+    }
+
+    pid_t pid;
+    char *av[] = {binary, NULL};
+    CHECK(posix_spawn(&pid, binary, NULL, NULL, av, environ) == 0);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *sav[] = {script, "spawned", NULL};
+    posix_spawn_file_actions_t fa;
+    int p[2];
+    CHECK(pipe(p) == 0 && posix_spawn_file_actions_init(&fa) == 0);
+    CHECK(posix_spawn_file_actions_adddup2(&fa, p[1], 1) == 0);
+    CHECK(posix_spawnp(&pid, script, &fa, NULL, sav, environ) == 0);
+    close(p[1]);
+    ssize_t n = read(p[0], out, sizeof out - 1);
+    out[n > 0 ? n : 0] = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strcmp(out, "ran spawned\n") == 0);
+    printf("EXEC-OK\n");
+    return 0;
+}
