@@ -1,5 +1,6 @@
 //! Compiles c/printf.c (dprintf and friends: variadic C functions, which stable Rust cannot
-//! define) into a static library linked into the shim. The C compiler is `$CC` or `cc`.
+//! define) into a static library linked into the shim, and links the shim with its calls to
+//! its own functions bound to them. The C compiler is `$CC` or `cc`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,4 +31,8 @@ fn main() {
     }
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=engram_preload_c");
+    // The shim's calls to its own exported functions (its openat from scandir, its stat from
+    // nftw) bind to its own definitions: through the PLT, a program that defines a function
+    // of the same name (patch defines renameat2) got them instead.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
 }
