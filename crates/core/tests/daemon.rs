@@ -161,6 +161,33 @@ fn the_daemon_removes_what_earlier_clients_left_of_freed_inodes() {
     );
 }
 
+/// A daemon whose pool file was replaced at its path (moved away, a new pool made there)
+/// refuses new clients, which would write into the file it still serves; a client connected
+/// before goes on with that file.
+#[test]
+fn a_daemon_refuses_clients_once_its_pool_file_is_replaced() {
+    let mut d = Daemon::start("replaced", 16 << 20);
+    let before = Fs::connect(&d.socket).unwrap();
+    before.write_file("/old", b"served").unwrap();
+    let moved = d.pool.with_extension("moved");
+    std::fs::rename(&d.pool, &moved).unwrap();
+    Fs::mkfs(&d.pool, 16 << 20).unwrap();
+    let refused = Fs::connect(&d.socket);
+    before.write_file("/after", b"still served").unwrap();
+    assert_eq!(before.read_file("/old").unwrap(), b"served");
+    drop(before);
+    d.stop();
+    let e = refused.err().expect("a client of the new file was refused");
+    assert!(e.to_string().contains("refused"), "{e}");
+    let old = Fs::open(&moved, &Options::default()).unwrap();
+    assert_eq!(old.read_file("/after").unwrap(), b"still served");
+    drop(old);
+    let new = Fs::open(&d.pool, &Options::default()).unwrap();
+    assert!(new.stat("/old").is_err(), "the new pool got nothing");
+    drop(new);
+    let _ = std::fs::remove_file(&moved);
+}
+
 #[test]
 fn every_operation_works_through_the_daemon() {
     let d = Daemon::start("ops", 64 << 20);

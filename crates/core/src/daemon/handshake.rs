@@ -99,7 +99,9 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, [OwnedFd; FDS])> {
     if n != 32 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            "the daemon refused the connection (its log says why: the pool file's permissions, or too many clients)",
+            "the daemon refused the connection (its log says why: the pool file's permissions, too \
+             many clients, or the pool file deleted or replaced at its path since the daemon \
+             started)",
         ));
     }
     // SAFETY: reading the control message the kernel wrote, if any, after checking that it

@@ -17,6 +17,7 @@ use crate::wire::{self, Writer};
 use engram_pmem::Pool;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -114,6 +115,10 @@ pub(super) struct Shared<'a> {
     /// Set by the server loop when it ends; `wake` then wakes the watcher.
     pub quit: AtomicBool,
     pub wake: OwnedFd,
+    /// The device and inode of the pool file served: a client is refused once the pool path
+    /// names another file (the served one deleted or replaced), whose data it would
+    /// otherwise write into a file no longer there.
+    pub pool_file: (u64, u64),
 }
 
 impl Shared<'_> {
@@ -212,6 +217,7 @@ fn run(
         )
     })?;
     let abs_path = std::fs::canonicalize(pool_path)?;
+    let pool_file = std::fs::metadata(&abs_path).map(|m| (m.dev(), m.ino()))?;
     let m = recovery::mount(&pool)?;
     crate::sidefiles::remove_dead(&abs_path, &pool, &m.sb.geometry);
     if !m.was_clean {
@@ -243,6 +249,7 @@ fn run(
         ctl: AtomicU32::new(0),
         quit: AtomicBool::new(false),
         wake: eventfd()?,
+        pool_file,
     };
     let result = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| watch::watch(&listener, &sh, &common_fd, &abs_path, log));

@@ -152,9 +152,18 @@ fn accept(
         }
     };
     // Permissions are read at each connection: chmod of the pool file takes effect at once.
-    let allowed = std::fs::metadata(pool_path)
-        .map(|m| may_use(&creds, &m))
-        .unwrap_or(false);
+    let file = std::fs::metadata(pool_path);
+    if !file
+        .as_ref()
+        .is_ok_and(|m| (m.dev(), m.ino()) == sh.pool_file)
+    {
+        return log(&format!(
+            "refused pid {pid}: {} is no longer the pool file this daemon serves (deleted or \
+             replaced); start a daemon for the new file once this one has stopped",
+            pool_path.display()
+        ));
+    }
+    let allowed = file.map(|m| may_use(&creds, &m)).unwrap_or(false);
     if !allowed {
         return log(&format!(
             "refused pid {pid}: uid {} may not use the pool file",

@@ -149,9 +149,10 @@ fn fork_serve(pool: &Path, socket: &Path) -> Option<Fs> {
 /// connection keeps the daemon from exiting while it is held.
 pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
     let socket = socket_for(pool);
-    if let Ok(fs) = Fs::connect(&socket) {
-        return Ok((fs, socket));
-    }
+    let first = match Fs::connect(&socket) {
+        Ok(fs) => return Ok((fs, socket)),
+        Err(e) => e,
+    };
     if !pool.exists() {
         Fs::mkfs(pool, DEFAULT_POOL_SIZE)
             .map_err(|e| format!("cannot create pool {}: {e}", pool.display()))?;
@@ -160,8 +161,9 @@ pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
         .and_then(|bin| spawn_serve(&bin, pool, &socket))
         .or_else(|| fork_serve(pool, &socket))
         .ok_or_else(|| {
+            // The first connection's error says whether a daemon listens but refused.
             format!(
-                "cannot start a daemon for {} (socket {})",
+                "cannot start a daemon for {} (socket {}; connecting first: {first})",
                 pool.display(),
                 socket.display()
             )
