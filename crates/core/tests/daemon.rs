@@ -177,15 +177,38 @@ fn a_daemon_refuses_clients_once_its_pool_file_is_replaced() {
     assert_eq!(before.read_file("/old").unwrap(), b"served");
     drop(before);
     d.stop();
+    let after = Fs::open(&moved, &Options::default()).map(|old| old.read_file("/after"));
+    let new_has_old = Fs::open(&d.pool, &Options::default()).map(|new| new.stat("/old").is_ok());
+    let _ = std::fs::remove_file(&moved);
     let e = refused.err().expect("a client of the new file was refused");
     assert!(e.to_string().contains("refused"), "{e}");
-    let old = Fs::open(&moved, &Options::default()).unwrap();
-    assert_eq!(old.read_file("/after").unwrap(), b"still served");
-    drop(old);
-    let new = Fs::open(&d.pool, &Options::default()).unwrap();
-    assert!(new.stat("/old").is_err(), "the new pool got nothing");
-    drop(new);
-    let _ = std::fs::remove_file(&moved);
+    assert_eq!(after.unwrap().unwrap(), b"still served");
+    assert!(!new_has_old.unwrap(), "the new pool got nothing");
+}
+
+/// The same through a symlink: the daemon serves the path as given, and a new pool made
+/// in the symlink's place (its old target still there) is not the served file.
+#[test]
+fn a_daemon_given_a_symlink_refuses_clients_once_the_path_is_replaced() {
+    let dir = std::env::temp_dir().join(format!("engram-daemon-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (target, link, socket) = (dir.join("t.pool"), dir.join("p.pool"), dir.join("p.sock"));
+    Fs::mkfs(&target, 16 << 20).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (stop, thread) = serve(&link, &socket);
+    let before = Fs::connect(&socket).map(|fs| fs.write_file("/x", b"kept").is_ok());
+    std::fs::remove_file(&link).unwrap();
+    Fs::mkfs(&link, 16 << 20).unwrap();
+    let after = Fs::connect(&socket).map(|_| ());
+    stop.stop();
+    thread.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(matches!(before, Ok(true)), "the first client worked");
+    assert!(
+        after.is_err(),
+        "a client of the new file at the link's path was refused"
+    );
 }
 
 #[test]

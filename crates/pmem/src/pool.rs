@@ -220,6 +220,13 @@ impl Pool {
     /// Take an exclusive `flock` on the backing file without blocking. Fails
     /// with `WouldBlock` ("pool is in use by another process") if another open
     /// of the file holds a lock. Always succeeds for anonymous pools.
+    /// The device and inode of the backing file (None for anonymous memory).
+    pub fn file_identity(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.as_ref()?.metadata().ok()?;
+        Some((m.dev(), m.ino()))
+    }
+
     pub fn try_lock_exclusive(&self) -> io::Result<()> {
         self.file
             .as_ref()

@@ -34,7 +34,6 @@ const FTW_MOUNT: c_int = 2;
 const FTW_CHDIR: c_int = 4;
 const FTW_DEPTH: c_int = 8;
 const FTW_ACTIONRETVAL: c_int = 16;
-const FTW_STOP: c_int = 1;
 const FTW_SKIP_SUBTREE: c_int = 2;
 const FTW_SKIP_SIBLINGS: c_int = 3;
 
@@ -61,6 +60,9 @@ struct Walk {
     dev: u64,
     /// Directories entered, when symlinks are followed (each is walked once).
     seen: HashSet<(u64, u64)>,
+    /// Under `FTW_CHDIR` with a relative starting point: the starting directory, which a
+    /// reported path is relative to (the paths reported stay as the caller gave them).
+    start: Option<Vec<u8>>,
 }
 
 fn stat_of(path: &CString, follow: bool) -> Result<libc::stat, c_int> {
@@ -122,30 +124,34 @@ impl Walk {
             };
         }
         match r {
-            FTW_STOP => Flow::Stop(FTW_STOP),
+            0 => Flow::Continue,
             FTW_SKIP_SUBTREE => Flow::SkipSubtree,
             FTW_SKIP_SIBLINGS => Flow::SkipSiblings,
-            _ => Flow::Continue,
+            // FTW_STOP, and any other answer, ends the walk with it (as glibc does).
+            r => Flow::Stop(r),
         }
     }
 
     /// Report `path` (its last component at `base`) and, for a directory, what it holds.
     fn visit(&mut self, path: &mut Vec<u8>, base: usize, level: c_int) -> Flow {
         let c = CString::new(path.clone()).expect("names hold no NUL");
+        // Where it is from the current directory (which FTW_CHDIR moves).
+        let at = self.at(path);
         let follow = self.flags & FTW_PHYS == 0;
-        let st = match stat_of(&c, follow) {
+        let st = match stat_of(&at, follow) {
             Ok(st) => st,
             Err(e) if e == libc::EACCES || e == libc::ENOENT => {
-                let dangling = follow && stat_of(&c, false).is_ok_and(|l| is(&l, libc::S_IFLNK));
-                // SAFETY: a stat buffer of zeros, as nothing could be read.
-                let none: libc::stat = unsafe { std::mem::zeroed() };
-                return self.call(
-                    &c,
-                    &none,
-                    if dangling { FTW_SLN } else { FTW_NS },
-                    base,
-                    level,
-                );
+                // A dangling symlink gets its own lstat; anything else nothing read.
+                return match stat_of(&at, false) {
+                    Ok(l) if follow && is(&l, libc::S_IFLNK) => {
+                        self.call(&c, &l, FTW_SLN, base, level)
+                    }
+                    _ => {
+                        // SAFETY: a stat buffer of zeros, as nothing could be read.
+                        let none: libc::stat = unsafe { std::mem::zeroed() };
+                        self.call(&c, &none, FTW_NS, base, level)
+                    }
+                };
             }
             Err(e) => {
                 set_errno(e);
@@ -166,9 +172,13 @@ impl Walk {
         if follow && !self.seen.insert((st.st_dev, st.st_ino)) {
             return Flow::Continue;
         }
-        let names = match read_names(&c) {
+        let names = match read_names(&at) {
             Ok(names) => names,
-            Err(_) => return self.call(&c, &st, FTW_DNR, base, level),
+            Err(libc::EACCES) => return self.call(&c, &st, FTW_DNR, base, level),
+            Err(e) => {
+                set_errno(e);
+                return Flow::Stop(-1);
+            }
         };
         if self.flags & FTW_DEPTH == 0 {
             match self.call(&c, &st, FTW_D, base, level) {
@@ -177,7 +187,7 @@ impl Walk {
                 other => return other,
             }
         }
-        if self.flags & FTW_CHDIR != 0 && !chdir(&c) {
+        if self.flags & FTW_CHDIR != 0 && !self.chdir(path) {
             return Flow::Stop(-1);
         }
         let len = path.len();
@@ -198,16 +208,47 @@ impl Walk {
             }
         }
         path.truncate(len);
-        if self.flags & FTW_CHDIR != 0 && !chdir_parent(path) {
+        // After its entries, still inside it (as glibc reports it), then back out.
+        let after = if self.flags & FTW_DEPTH != 0 {
+            match self.call(&c, &st, FTW_DP, base, level) {
+                Flow::SkipSubtree => Flow::Continue,
+                other => other,
+            }
+        } else {
+            Flow::Continue
+        };
+        if self.flags & FTW_CHDIR != 0 && !self.chdir(parent_of(path)) {
             return Flow::Stop(-1);
         }
-        if self.flags & FTW_DEPTH != 0 {
-            return match self.call(&c, &st, FTW_DP, base, level) {
-                Flow::SkipSubtree | Flow::SkipSiblings => Flow::Continue,
-                other => other,
-            };
-        }
-        Flow::Continue
+        after
+    }
+
+    /// `path`, a reported path, as the shim's calls must name it: under FTW_CHDIR a
+    /// relative one is relative to where the walk started, not to where it is now.
+    fn at(&self, path: &[u8]) -> CString {
+        let mut p = match (&self.start, path.first()) {
+            (Some(start), Some(&b)) if b != b'/' => {
+                let mut p = start.clone();
+                p.push(b'/');
+                p
+            }
+            _ => Vec::new(),
+        };
+        p.extend_from_slice(path);
+        CString::new(p).expect("names hold no NUL")
+    }
+
+    fn chdir(&self, path: &[u8]) -> bool {
+        chdir(&self.at(path))
+    }
+}
+
+/// The directory holding `path` ("." for a name without a slash).
+fn parent_of(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(0) => b"/",
+        Some(i) => &path[..i],
+        None => b".",
     }
 }
 
@@ -242,16 +283,6 @@ fn chdir(path: &CString) -> bool {
     unsafe { crate::cwd::chdir(path.as_ptr()) == 0 }
 }
 
-/// Back to the directory holding `path` (absolute under `FTW_CHDIR`).
-fn chdir_parent(path: &[u8]) -> bool {
-    let parent = match path.iter().rposition(|&b| b == b'/') {
-        Some(0) => b"/".to_vec(),
-        Some(i) => path[..i].to_vec(),
-        None => b".".to_vec(),
-    };
-    CString::new(parent).is_ok_and(|p| chdir(&p))
-}
-
 /// The current directory, as the shim sees it.
 fn cwd() -> Option<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
@@ -279,13 +310,6 @@ fn walk(dir: *const c_char, callback: Callback, flags: c_int) -> c_int {
     }
     let start = if flags & FTW_CHDIR != 0 {
         let Some(start) = cwd() else { return -1 };
-        // Every chdir below goes by absolute path.
-        if path[0] != b'/' {
-            let mut abs = start.clone();
-            abs.push(b'/');
-            abs.extend_from_slice(&path);
-            path = abs;
-        }
         Some(start)
     } else {
         None
@@ -300,21 +324,22 @@ fn walk(dir: *const c_char, callback: Callback, flags: c_int) -> c_int {
     let follow = flags & FTW_PHYS == 0;
     let dev = match stat_of(&c, follow) {
         Ok(st) => st.st_dev,
-        Err(_) if follow && stat_of(&c, false).is_ok_and(|l| is(&l, libc::S_IFLNK)) => 0,
+        Err(libc::ENOENT) if follow && stat_of(&c, false).is_ok_and(|l| is(&l, libc::S_IFLNK)) => 0,
         Err(e) => {
             set_errno(e);
             return -1;
         }
     };
-    if flags & FTW_CHDIR != 0 && !chdir_parent(&path) {
-        return -1;
-    }
     let mut w = Walk {
         callback,
         flags,
         dev,
         seen: HashSet::new(),
+        start: start.clone(),
     };
+    if flags & FTW_CHDIR != 0 && !w.chdir(parent_of(&path)) {
+        return -1;
+    }
     let r = match w.visit(&mut path, base, 0) {
         Flow::Stop(r) => r,
         _ => 0,

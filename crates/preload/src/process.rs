@@ -173,6 +173,43 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
     unsafe { execvpe(file, argv, environ) }
 }
 
+/// Whether `path` is under the prefix.
+///
+/// # Safety
+/// `path` is null or a valid C string.
+unsafe fn ours(path: *const c_char) -> bool {
+    // SAFETY: the caller's C string.
+    !matches!(
+        unsafe { crate::route::route(libc::AT_FDCWD, path) },
+        Ok(crate::route::Route::Pass)
+    )
+}
+
+/// Run `file` with /bin/sh (`sh file args...`): glibc's execvpe does so for a file the
+/// kernel does not recognise as a program.
+///
+/// # Safety
+/// `file`, `argv` and `envp` are what execve takes.
+unsafe fn exec_with_shell(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let mut args: Vec<*const c_char> = vec![c"/bin/sh".as_ptr(), file];
+    // SAFETY: the caller's NULL-terminated argv; its first entry is the program's name.
+    unsafe {
+        if !argv.is_null() && !(*argv).is_null() {
+            let mut p = argv.add(1);
+            while !(*p).is_null() {
+                args.push(*p);
+                p = p.add(1);
+            }
+        }
+        args.push(std::ptr::null());
+        execve(c"/bin/sh".as_ptr(), args.as_ptr(), envp)
+    }
+}
+
 /// Whether `file` names a path (it holds a slash) rather than a program to find in PATH.
 ///
 /// # Safety
@@ -193,10 +230,16 @@ pub unsafe extern "C" fn execvpe(
 ) -> c_int {
     crate::guarded!(-1, {
         // SAFETY: the caller's file.
-        if unsafe { has_slash(file) } {
-            // A path: no search (a program in the pool is copied by `execve`).
+        if unsafe { has_slash(file) && ours(file) } {
+            // A path in the pool: no search; its copy runs (`execve`), and a file the kernel
+            // cannot run (no `#!`) runs with /bin/sh, as glibc's execvpe does.
             // SAFETY: the caller's arguments.
-            return Ok(unsafe { execve(file, argv, envp) });
+            unsafe { execve(file, argv, envp) };
+            if crate::util::errno() != libc::ENOEXEC {
+                return Ok(-1);
+            }
+            // SAFETY: as above, through the shell.
+            return Ok(unsafe { exec_with_shell(file, argv, envp) });
         }
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
@@ -245,9 +288,13 @@ pub unsafe extern "C" fn posix_spawn(
     crate::guarded!(libc::EIO, {
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();
-        // A program in the pool: the child executes its copy (open until spawned).
+        // A program in the pool: the child executes its copy (open until spawned). A
+        // failure is posix_spawn's answer, not errno.
         // SAFETY: the caller's path.
-        let program = unsafe { Program::of_path(path) }?;
+        let program = match unsafe { Program::of_path(path) } {
+            Ok(p) => p,
+            Err(e) => return Ok(e),
+        };
         let copy = program.as_ref().map(Program::proc_path);
         let path = copy.as_ref().map_or(path, |c| c.as_ptr());
         let own = cwd_entry();
@@ -269,8 +316,8 @@ pub unsafe extern "C" fn posix_spawnp(
 ) -> c_int {
     crate::guarded!(libc::EIO, {
         // SAFETY: the caller's file.
-        if unsafe { has_slash(path) } {
-            // A path: no search (a program in the pool is copied by `posix_spawn`).
+        if unsafe { has_slash(path) && ours(path) } {
+            // A path in the pool: no search; its copy runs (`posix_spawn`).
             // SAFETY: the caller's arguments.
             return Ok(unsafe { posix_spawn(pid, path, fa, at, argv, envp) });
         }

@@ -3,6 +3,9 @@
 //! with a path under the prefix. That number goes to the shim's renameat2; every other goes
 //! to libc unchanged.
 //!
+//! The shim's own `syscall`s (membarrier at load, Rust's futex waits) come here too:
+//! libc's is found at load, by the first of them, never later in a signal handler.
+//!
 //! `syscall` is variadic. On x86-64 a variadic call passes its integer arguments where a
 //! call with seven integer parameters does (six in registers, the seventh on the stack), so
 //! the export takes seven: the number and the six arguments the kernel takes at most.

@@ -85,6 +85,8 @@ fn seed() -> u64 {
 unsafe fn fill(template: *mut c_char, suffix: c_int, make: Make) -> Res<c_int> {
     // SAFETY: the caller's template.
     let xs = unsafe { xs(template, suffix) }?;
+    // A success after names that existed leaves errno as it was, as glibc does.
+    let saved = errno();
     let mut state = seed() | 1;
     for _ in 0..ATTEMPTS {
         for i in 0..6 {
@@ -127,7 +129,11 @@ unsafe fn fill(template: *mut c_char, suffix: c_int, make: Make) -> Res<c_int> {
             }
         };
         if !exists {
-            return if r < 0 { Err(errno()) } else { Ok(r) };
+            if r < 0 {
+                return Err(errno());
+            }
+            crate::util::set_errno(saved);
+            return Ok(r);
         }
     }
     Err(libc::EEXIST)

@@ -17,7 +17,6 @@ use crate::wire::{self, Writer};
 use engram_pmem::Pool;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -119,6 +118,9 @@ pub(super) struct Shared<'a> {
     /// names another file (the served one deleted or replaced), whose data it would
     /// otherwise write into a file no longer there.
     pub pool_file: (u64, u64),
+    /// The pool path as given (absolute, a symlink not resolved): the socket is named after
+    /// it, and a new pool made there replaces what it names.
+    pub given_path: PathBuf,
 }
 
 impl Shared<'_> {
@@ -217,7 +219,12 @@ fn run(
         )
     })?;
     let abs_path = std::fs::canonicalize(pool_path)?;
-    let pool_file = std::fs::metadata(&abs_path).map(|m| (m.dev(), m.ino()))?;
+    // The file opened, and the path as given (made absolute, a symlink not resolved): the
+    // socket is named after that path, and it is what a new pool made there replaces.
+    let pool_file = pool
+        .file_identity()
+        .ok_or_else(|| Error::with_msg(libc::EINVAL, "the pool is not a file"))?;
+    let given_path = std::path::absolute(pool_path)?;
     let m = recovery::mount(&pool)?;
     crate::sidefiles::remove_dead(&abs_path, &pool, &m.sb.geometry);
     if !m.was_clean {
@@ -250,6 +257,7 @@ fn run(
         quit: AtomicBool::new(false),
         wake: eventfd()?,
         pool_file,
+        given_path,
     };
     let result = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| watch::watch(&listener, &sh, &common_fd, &abs_path, log));

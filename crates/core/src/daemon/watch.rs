@@ -152,7 +152,7 @@ fn accept(
         }
     };
     // Permissions are read at each connection: chmod of the pool file takes effect at once.
-    let file = std::fs::metadata(pool_path);
+    let file = std::fs::metadata(&sh.given_path);
     if !file
         .as_ref()
         .is_ok_and(|m| (m.dev(), m.ino()) == sh.pool_file)
@@ -160,7 +160,7 @@ fn accept(
         return log(&format!(
             "refused pid {pid}: {} is no longer the pool file this daemon serves (deleted or \
              replaced); start a daemon for the new file once this one has stopped",
-            pool_path.display()
+            sh.given_path.display()
         ));
     }
     let allowed = file.map(|m| may_use(&creds, &m)).unwrap_or(false);

@@ -73,6 +73,14 @@ int main(int argc, char **argv) {
     CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && close(fd) == 0);
     copy("/bin/true", binary, 0755);
     copy(script, plain, 0644);
+    char bare[512];
+    snprintf(bare, sizeof bare, "%s/bare.sh", argv[1]);
+    fd = open(bare, O_CREAT | O_WRONLY, 0755);
+    const char *body = "echo bare \"$1\"\n";
+    CHECK(fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body) && close(fd) == 0);
+    /* No "#!": execvp runs it with /bin/sh, as glibc does; execv does not. */
+    CHECK(run(by_execvp, bare, out, sizeof out) == 0 && strcmp(out, "bare execvp\n") == 0);
+    CHECK(run(by_execv, bare, out, sizeof out) == 99);
 
     void (*ways[])(const char *) = {by_execv, by_execvp, by_execve, by_fexecve};
     const char *names[] = {"execv", "execvp", "execve", "fexecve"};
@@ -90,6 +98,9 @@ int main(int argc, char **argv) {
 
     pid_t pid;
     char *av[] = {binary, NULL};
+    /* posix_spawn answers with the error (no execute permission), not -1 and errno. */
+    char *pav[] = {plain, NULL};
+    CHECK(posix_spawn(&pid, plain, NULL, NULL, pav, environ) == EACCES);
     CHECK(posix_spawn(&pid, binary, NULL, NULL, av, environ) == 0);
     int st;
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);

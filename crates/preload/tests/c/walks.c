@@ -29,11 +29,13 @@ static void add(const char *fpath, int flag, int level, int base) {
 
 static int on_nftw(const char *fpath, const struct stat *st, int flag, struct FTW *f) {
     add(fpath, flag, f->level, f->base);
+    /* A dangling symlink comes with its own lstat. */
+    CHECK(flag != FTW_SLN || S_ISLNK(st->st_mode));
     if (flag == FTW_F && st->st_size == 0 && strcmp(fpath + f->base, "empty.txt") != 0) {
         fprintf(stderr, "FAIL: %s reported with size 0\n", fpath);
         exit(1);
     }
-    if (stop_at_b && strcmp(fpath + f->base, "b.txt") == 0) return 42;
+    if (stop_at_b && strcmp(fpath + f->base, "b.txt") == 0) return stop_at_b;
     return 0;
 }
 
@@ -43,14 +45,30 @@ static int skip_sub(const char *fpath, const struct stat *st, int flag, struct F
     return strcmp(fpath + f->base, "sub") == 0 ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
 }
 
-/* Under FTW_CHDIR the current directory is the one holding the object. */
+/* Where a walk under FTW_CHDIR started (relative paths are reported from there). */
+static char walk_start[PATH_MAX];
+
+/* Under FTW_CHDIR the current directory is the one holding the object, and for FTW_DP the
+ * directory itself. */
 static int in_parent(const char *fpath, const struct stat *st, int flag, struct FTW *f) {
     (void)st;
-    char cwd[PATH_MAX], parent[PATH_MAX];
+    char cwd[PATH_MAX], dir[PATH_MAX], want[PATH_MAX + 8];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(parent, sizeof parent, "%.*s", f->base > 1 ? f->base - 1 : 1, fpath);
-    if (strcmp(cwd, parent) != 0) {
-        fprintf(stderr, "FAIL: at %s the directory is %s, not %s\n", fpath, cwd, parent);
+    if (flag == FTW_DP)
+        snprintf(dir, sizeof dir, "%s", fpath);
+    else if (f->base == 0)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", f->base > 1 ? f->base - 1 : 1, fpath);
+    if (dir[0] == '/')
+        snprintf(want, sizeof want, "%s", dir);
+    else if (strcmp(dir, ".") == 0)
+        snprintf(want, sizeof want, "%s", walk_start);
+    else
+        snprintf(want, sizeof want, "%.2000s/%.2000s", walk_start, dir);
+    if (strcmp(cwd, want) != 0) {
+        fprintf(stderr, "FAIL: at %s (flag %d) the directory is %s, not %s\n", fpath, flag, cwd,
+                want);
         exit(1);
     }
     add(fpath, flag, f->level, f->base);
@@ -103,16 +121,36 @@ static int walks(const char *root, char out[][LINE]) {
     CHECK(nftw(root, skip_sub, 4, FTW_ACTIONRETVAL | FTW_PHYS) == 0);
     qsort(got, n, sizeof got[0], by_text);
     for (int j = 0; j < n; j++) snprintf(out[total++], LINE, "skip %.500s", got[j]);
-    n = 0;
     char before[PATH_MAX], after[PATH_MAX];
     CHECK(getcwd(before, sizeof before) != NULL);
-    CHECK(nftw(root, in_parent, 4, FTW_CHDIR | FTW_PHYS) == 0);
-    CHECK(getcwd(after, sizeof after) != NULL && strcmp(before, after) == 0);
-    qsort(got, n, sizeof got[0], by_text);
-    for (int j = 0; j < n; j++) snprintf(out[total++], LINE, "chdir %.500s", got[j]);
+    const int chdirs[] = {FTW_CHDIR | FTW_PHYS, FTW_CHDIR | FTW_DEPTH | FTW_PHYS};
+    for (size_t i = 0; i < 2; i++) {
+        n = 0;
+        snprintf(walk_start, sizeof walk_start, "%s", before);
+        CHECK(nftw(root, in_parent, 4, chdirs[i]) == 0);
+        CHECK(getcwd(after, sizeof after) != NULL && strcmp(before, after) == 0);
+        qsort(got, n, sizeof got[0], by_text);
+        for (int j = 0; j < n; j++) snprintf(out[total++], LINE, "chdir%d %.500s", chdirs[i], got[j]);
+        /* From the root's parent, with the root named relatively: paths stay relative. */
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(root, '/') - root), root);
+        CHECK(chdir(parent) == 0 && getcwd(walk_start, sizeof walk_start) != NULL);
+        size_t saved = root_len;
+        root_len = 0;
+        n = 0;
+        CHECK(nftw("t", in_parent, 4, chdirs[i]) == 0);
+        root_len = saved;
+        CHECK(getcwd(after, sizeof after) != NULL && strcmp(after, walk_start) == 0);
+        CHECK(chdir(before) == 0);
+        qsort(got, n, sizeof got[0], by_text);
+        for (int j = 0; j < n; j++) snprintf(out[total++], LINE, "relative%d %.500s", chdirs[i], got[j]);
+    }
     n = 0;
-    stop_at_b = 1;
+    stop_at_b = 42;
     CHECK(nftw(root, on_nftw, 4, FTW_PHYS) == 42);
+    /* With FTW_ACTIONRETVAL an answer other than the four named ones also stops the walk. */
+    stop_at_b = 7;
+    CHECK(nftw(root, on_nftw, 4, FTW_PHYS | FTW_ACTIONRETVAL) == 7);
     stop_at_b = 0;
     n = 0;
     CHECK(ftw(root, on_ftw, 4) == 0);
