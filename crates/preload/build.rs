@@ -1,32 +1,47 @@
-//! Compiles c/printf.c (dprintf and friends: variadic C functions, which stable Rust cannot
-//! define) into a static library linked into the shim, and links the shim with its calls to
+//! Compiles c/printf.c (dprintf and friends) and c/execl.c (execl and friends): variadic C
+//! functions, which stable Rust cannot define, into a static library linked into the shim, and links the shim with its calls to
 //! its own functions bound to them. The C compiler is `$CC` or `cc`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    let src = "c/printf.c";
-    println!("cargo:rerun-if-changed={src}");
+    let sources = ["c/printf.c", "c/execl.c"];
     println!("cargo:rerun-if-env-changed=CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let obj = out.join("printf.o");
     let lib = out.join("libengram_preload_c.a");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-c", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-o"])
-        .arg(&obj)
-        .arg(src)
-        .status();
-    if !status.is_ok_and(|s| s.success()) {
-        eprintln!("compiling {src} with {cc} failed (a C compiler is needed: apt-get install gcc)");
-        std::process::exit(1);
+    let mut objects = Vec::new();
+    for src in sources {
+        println!("cargo:rerun-if-changed={src}");
+        let obj = out.join(
+            PathBuf::from(src)
+                .with_extension("o")
+                .file_name()
+                .expect("a file"),
+        );
+        let status = Command::new(&cc)
+            .args(["-c", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-o"])
+            .arg(&obj)
+            .arg(src)
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!(
+                "compiling {src} with {cc} failed (a C compiler is needed: apt-get install gcc)"
+            );
+            std::process::exit(1);
+        }
+        objects.push(obj);
     }
     let _ = std::fs::remove_file(&lib);
     let ar = std::env::var("AR").unwrap_or_else(|_| "ar".into());
-    let status = Command::new(&ar).arg("crs").arg(&lib).arg(&obj).status();
+    let status = Command::new(&ar)
+        .arg("crs")
+        .arg(&lib)
+        .args(&objects)
+        .status();
     if !status.is_ok_and(|s| s.success()) {
-        eprintln!("archiving {} with {ar} failed", obj.display());
+        eprintln!("archiving {} with {ar} failed", lib.display());
         std::process::exit(1);
     }
     println!("cargo:rustc-link-search=native={}", out.display());

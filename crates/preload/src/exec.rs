@@ -1,4 +1,5 @@
-//! Programs stored in the pool. The kernel executes only files it can see, so a program
+//! Programs stored in the pool, and execl/execlp/execle (c/execl.c), which glibc runs
+//! through its own internal execve. The kernel executes only files it can see, so a program
 //! under the prefix (or a descriptor of ours) is copied into a memfd, which the kernel can
 //! execute (`fexecve`, or `/proc/self/fd/N` for `posix_spawn`). Executing takes the pool
 //! file's execute permission (EACCES without it, as for a directory); set-id bits are not
@@ -103,4 +104,16 @@ impl Program {
             Ok(program)
         }
     }
+}
+
+unsafe extern "C" {
+    fn engram_c_execl();
+    fn engram_c_execlp();
+    fn engram_c_execle();
+}
+
+crate::c_trampolines! {
+    execl => engram_c_execl,
+    execlp => engram_c_execlp,
+    execle => engram_c_execle,
 }

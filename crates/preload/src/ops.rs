@@ -165,6 +165,25 @@ pub unsafe fn buf<'a>(p: *const libc::c_void, n: usize) -> &'a [u8] {
     }
 }
 
+/// Exported symbols that jump to C implementations (variadic functions, which stable Rust
+/// cannot define: c/printf.c, c/execl.c) with every register and stack argument intact;
+/// the real signature is libc's.
+#[macro_export]
+macro_rules! c_trampolines {
+    ($($name:ident => $target:ident),* $(,)?) => {$(
+        /// A tail jump to the C implementation (see `c_trampolines`).
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!("jmp {}", sym $target);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!("b {}", sym $target);
+        }
+    )*};
+}
+
 #[cfg(test)]
 mod tests {
     use crate::util::{errno, set_errno};

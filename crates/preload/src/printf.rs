@@ -55,23 +55,7 @@ unsafe extern "C" {
     fn engram_c_vdprintf_chk();
 }
 
-macro_rules! trampolines {
-    ($($name:ident => $target:ident),* $(,)?) => {$(
-        /// A tail jump to the C implementation (see the module's documentation); the real
-        /// signature is libc's.
-        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name() {
-            #[cfg(target_arch = "x86_64")]
-            core::arch::naked_asm!("jmp {}", sym $target);
-            #[cfg(target_arch = "aarch64")]
-            core::arch::naked_asm!("b {}", sym $target);
-        }
-    )*};
-}
-
-trampolines! {
+crate::c_trampolines! {
     dprintf => engram_c_dprintf,
     vdprintf => engram_c_vdprintf,
     __dprintf_chk => engram_c_dprintf_chk,

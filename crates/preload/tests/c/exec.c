@@ -1,5 +1,6 @@
 /* Programs stored in the pool (argv[1]): a script and a copy of /bin/true, run through
- * execv, execvp, execve, fexecve and posix_spawn from forked children; a file without
+ * execv, execvp, execve, fexecve, execl, execlp, execle and posix_spawn from forked
+ * children; a file without
  * execute permission gives EACCES. Prints EXEC-OK. */
 #define _GNU_SOURCE
 #include "check.h"
@@ -55,6 +56,11 @@ static void by_execve(const char *prog) {
     char *av[] = {(char *)prog, "execve", NULL};
     execve(prog, av, environ);
 }
+static void by_execl(const char *prog) { execl(prog, prog, "execl", (char *)NULL); }
+static void by_execlp(const char *prog) { execlp(prog, prog, "execlp", (char *)NULL); }
+static void by_execle(const char *prog) {
+    execle(prog, prog, "execle", (char *)NULL, environ);
+}
 static void by_fexecve(const char *prog) {
     int fd = open(prog, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
@@ -82,9 +88,10 @@ int main(int argc, char **argv) {
     CHECK(run(by_execvp, bare, out, sizeof out) == 0 && strcmp(out, "bare execvp\n") == 0);
     CHECK(run(by_execv, bare, out, sizeof out) == 99);
 
-    void (*ways[])(const char *) = {by_execv, by_execvp, by_execve, by_fexecve};
-    const char *names[] = {"execv", "execvp", "execve", "fexecve"};
-    for (int i = 0; i < 4; i++) {
+    void (*ways[])(const char *) = {by_execv,  by_execvp, by_execve, by_fexecve,
+                                    by_execl,  by_execlp, by_execle};
+    const char *names[] = {"execv", "execvp", "execve", "fexecve", "execl", "execlp", "execle"};
+    for (int i = 0; i < 7; i++) {
         char want[64];
         snprintf(want, sizeof want, "ran %s\n", names[i]);
         int st = run(ways[i], script, out, sizeof out);
