@@ -241,12 +241,89 @@ pub unsafe extern "C" fn execvpe(
             // SAFETY: as above, through the shell.
             return Ok(unsafe { exec_with_shell(file, argv, envp) });
         }
+        // SAFETY: the caller's file.
+        if unsafe { !has_slash(file) }
+            && let Some(dirs) = path_with_pool_dirs()
+        {
+            // SAFETY: the caller's arguments.
+            return Ok(unsafe { search(file, argv, envp, &dirs) });
+        }
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execvpe with the caller's file and arguments.
         unsafe { real::execvpe(file, argv, env.as_ptr()) }
     })
+}
+
+/// PATH's directories, when one of them is in the pool: glibc's search would try it with
+/// its own execve, which cannot run a program there. None otherwise (glibc searches).
+fn path_with_pool_dirs() -> Option<Vec<Vec<u8>>> {
+    let path = std::env::var_os("PATH")?;
+    let dirs: Vec<Vec<u8>> = path
+        .as_encoded_bytes()
+        .split(|&b| b == b':')
+        .map(|d| {
+            if d.is_empty() {
+                b".".to_vec()
+            } else {
+                d.to_vec()
+            }
+        })
+        .collect();
+    let in_pool = |d: &Vec<u8>| {
+        CString::new(d.clone()).is_ok_and(|c| {
+            // SAFETY: a C string of ours.
+            unsafe { ours(c.as_ptr()) }
+        })
+    };
+    dirs.iter().any(in_pool).then_some(dirs)
+}
+
+/// glibc's execvpe search of `dirs` for `file`, each candidate through the shim's execve:
+/// a file the kernel cannot run (no `#!`) runs with /bin/sh, a directory that refuses
+/// access is remembered (EACCES at the end, as glibc gives), and the search goes on past
+/// names that are not there.
+///
+/// # Safety
+/// `file`, `argv` and `envp` are what execvpe takes.
+unsafe fn search(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    dirs: &[Vec<u8>],
+) -> c_int {
+    // SAFETY: the caller's C string.
+    let name = unsafe { std::ffi::CStr::from_ptr(file) }.to_bytes();
+    if name.is_empty() {
+        crate::util::set_errno(libc::ENOENT);
+        return -1;
+    }
+    let mut refused = false;
+    for dir in dirs {
+        let mut p = dir.clone();
+        p.push(b'/');
+        p.extend_from_slice(name);
+        let Ok(candidate) = CString::new(p) else {
+            continue;
+        };
+        // SAFETY: a C string of ours and the caller's arguments.
+        unsafe { execve(candidate.as_ptr(), argv, envp) };
+        match crate::util::errno() {
+            // SAFETY: as above, through the shell.
+            libc::ENOEXEC => return unsafe { exec_with_shell(candidate.as_ptr(), argv, envp) },
+            libc::EACCES => refused = true,
+            libc::ENOENT
+            | libc::ENOTDIR
+            | libc::ESTALE
+            | libc::ELOOP
+            | libc::ENODEV
+            | libc::ETIMEDOUT => {}
+            _ => return -1,
+        }
+    }
+    crate::util::set_errno(if refused { libc::EACCES } else { libc::ENOENT });
+    -1
 }
 
 #[unsafe(no_mangle)]

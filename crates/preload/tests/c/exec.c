@@ -103,6 +103,20 @@ int main(int argc, char **argv) {
         CHECK(run(ways[i], plain, out, sizeof out) == 13);
     }
 
+    /* A PATH naming a pool directory: execvp and execlp find the program there, and still
+     * find programs in the real directories after it. */
+    char bin[512], tool[600], path[1200];
+    snprintf(bin, sizeof bin, "%s/bin", argv[1]);
+    snprintf(tool, sizeof tool, "%s/pooltool", bin);
+    CHECK(mkdir(bin, 0755) == 0);
+    copy(script, tool, 0755);
+    snprintf(path, sizeof path, "%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    CHECK(setenv("PATH", path, 1) == 0);
+    CHECK(run(by_execvp, "pooltool", out, sizeof out) == 0 && strcmp(out, "ran execvp\n") == 0);
+    CHECK(run(by_execlp, "pooltool", out, sizeof out) == 0 && strcmp(out, "ran execlp\n") == 0);
+    CHECK(run(by_execvp, "true", out, sizeof out) == 0);
+    CHECK(run(by_execvp, "no-such-program", out, sizeof out) == 99);
+
     pid_t pid;
     char *av[] = {binary, NULL};
     /* posix_spawn answers with the error (no execute permission), not -1 and errno. */
