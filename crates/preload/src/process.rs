@@ -398,6 +398,31 @@ pub unsafe extern "C" fn posix_spawnp(
             // SAFETY: the caller's arguments.
             return Ok(unsafe { posix_spawn(pid, path, fa, at, argv, envp) });
         }
+        // SAFETY: the caller's file.
+        if unsafe { !has_slash(path) }
+            && let Some(dirs) = path_with_pool_dirs()
+        {
+            // PATH names a pool directory: the first executable candidate, as the kernel's
+            // search would find it, spawned through the shim.
+            // SAFETY: the caller's C string.
+            let name = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+            let mut refused = false;
+            for dir in &dirs {
+                let mut p = dir.clone();
+                p.push(b'/');
+                p.extend_from_slice(name);
+                let Ok(candidate) = CString::new(p) else {
+                    continue;
+                };
+                // SAFETY: the shim's own access on a C string of ours.
+                if unsafe { crate::attrs::access(candidate.as_ptr(), libc::X_OK) } == 0 {
+                    // SAFETY: the caller's arguments, with the program found.
+                    return Ok(unsafe { posix_spawn(pid, candidate.as_ptr(), fa, at, argv, envp) });
+                }
+                refused |= crate::util::errno() == libc::EACCES;
+            }
+            return Ok(if refused { libc::EACCES } else { libc::ENOENT });
+        }
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();
         let own = cwd_entry();

@@ -116,6 +116,22 @@ int main(int argc, char **argv) {
     CHECK(run(by_execlp, "pooltool", out, sizeof out) == 0 && strcmp(out, "ran execlp\n") == 0);
     CHECK(run(by_execvp, "true", out, sizeof out) == 0);
     CHECK(run(by_execvp, "no-such-program", out, sizeof out) == 99);
+    {
+        pid_t child;
+        int q[2], status;
+        char *tav[] = {"pooltool", "spawnp", NULL};
+        posix_spawn_file_actions_t acts;
+        CHECK(pipe(q) == 0 && posix_spawn_file_actions_init(&acts) == 0);
+        CHECK(posix_spawn_file_actions_adddup2(&acts, q[1], 1) == 0);
+        CHECK(posix_spawnp(&child, "pooltool", &acts, NULL, tav, environ) == 0);
+        close(q[1]);
+        ssize_t k = read(q[0], out, sizeof out - 1);
+        out[k > 0 ? k : 0] = 0;
+        close(q[0]);
+        CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status));
+        CHECK(strcmp(out, "ran spawnp\n") == 0);
+        CHECK(posix_spawnp(&child, "no-such-program", NULL, NULL, tav, environ) == ENOENT);
+    }
 
     pid_t pid;
     char *av[] = {binary, NULL};
