@@ -299,31 +299,81 @@ unsafe fn search(
         crate::util::set_errno(libc::ENOENT);
         return -1;
     }
-    let mut refused = false;
-    for dir in dirs {
-        let mut p = dir.clone();
-        p.push(b'/');
-        p.extend_from_slice(name);
-        let Ok(candidate) = CString::new(p) else {
-            continue;
-        };
+    let mut last = SearchEnd::default();
+    for candidate in candidates(dirs, name) {
         // SAFETY: a C string of ours and the caller's arguments.
         unsafe { execve(candidate.as_ptr(), argv, envp) };
         match crate::util::errno() {
             // SAFETY: as above, through the shell.
             libc::ENOEXEC => return unsafe { exec_with_shell(candidate.as_ptr(), argv, envp) },
-            libc::EACCES => refused = true,
-            libc::ENOENT
-            | libc::ENOTDIR
-            | libc::ESTALE
-            | libc::ELOOP
-            | libc::ENODEV
-            | libc::ETIMEDOUT => {}
+            e if last.goes_on(e) => {}
             _ => return -1,
         }
     }
-    crate::util::set_errno(if refused { libc::EACCES } else { libc::ENOENT });
+    crate::util::set_errno(last.errno());
     -1
+}
+
+/// `dir/name` for each directory of a PATH search (too long ones skipped, as glibc does).
+fn candidates<'a>(dirs: &'a [Vec<u8>], name: &'a [u8]) -> impl Iterator<Item = CString> + 'a {
+    dirs.iter().filter_map(move |dir| {
+        let mut p = dir.clone();
+        p.push(b'/');
+        p.extend_from_slice(name);
+        (p.len() < libc::PATH_MAX as usize)
+            .then(|| CString::new(p).ok())
+            .flatten()
+    })
+}
+
+/// Whether `path` is a regular file this process may execute (what execve would check
+/// first); the errno execve would give otherwise.
+fn runnable(path: &CString) -> Result<(), c_int> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: the shim's own stat and access on a C string of ours, into a local buffer.
+    unsafe {
+        if crate::stat::stat64(path.as_ptr(), st.as_mut_ptr()) != 0 {
+            return Err(crate::util::errno());
+        }
+        if st.assume_init().st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(libc::EACCES);
+        }
+        if crate::attrs::access(path.as_ptr(), libc::X_OK) != 0 {
+            return Err(crate::util::errno());
+        }
+    }
+    Ok(())
+}
+
+/// How a PATH search ends without a program: EACCES if some candidate refused, else the
+/// last candidate's error (glibc's execvpe).
+#[derive(Default)]
+struct SearchEnd {
+    refused: bool,
+    last: Option<c_int>,
+}
+
+impl SearchEnd {
+    /// Whether the search goes on after a candidate failed with `e` (remembered).
+    fn goes_on(&mut self, e: c_int) -> bool {
+        self.last = Some(e);
+        match e {
+            libc::EACCES => {
+                self.refused = true;
+                true
+            }
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => true,
+            _ => false,
+        }
+    }
+
+    fn errno(&self) -> c_int {
+        if self.refused {
+            libc::EACCES
+        } else {
+            self.last.unwrap_or(libc::ENOENT)
+        }
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -402,26 +452,30 @@ pub unsafe extern "C" fn posix_spawnp(
         if unsafe { !has_slash(path) }
             && let Some(dirs) = path_with_pool_dirs()
         {
-            // PATH names a pool directory: the first executable candidate, as the kernel's
-            // search would find it, spawned through the shim.
+            // PATH names a pool directory: the first candidate that is an executable regular
+            // file, as the kernel's search would find it, spawned through the shim.
             // SAFETY: the caller's C string.
             let name = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
-            let mut refused = false;
-            for dir in &dirs {
-                let mut p = dir.clone();
-                p.push(b'/');
-                p.extend_from_slice(name);
-                let Ok(candidate) = CString::new(p) else {
-                    continue;
-                };
-                // SAFETY: the shim's own access on a C string of ours.
-                if unsafe { crate::attrs::access(candidate.as_ptr(), libc::X_OK) } == 0 {
-                    // SAFETY: the caller's arguments, with the program found.
-                    return Ok(unsafe { posix_spawn(pid, candidate.as_ptr(), fa, at, argv, envp) });
-                }
-                refused |= crate::util::errno() == libc::EACCES;
+            if name.is_empty() {
+                return Ok(libc::ENOENT);
             }
-            return Ok(if refused { libc::EACCES } else { libc::ENOENT });
+            let mut last = SearchEnd::default();
+            for candidate in candidates(&dirs, name) {
+                let e = match runnable(&candidate) {
+                    // SAFETY: the caller's arguments, with the program found.
+                    Ok(()) => {
+                        match unsafe { posix_spawn(pid, candidate.as_ptr(), fa, at, argv, envp) } {
+                            0 => return Ok(0),
+                            e => e,
+                        }
+                    }
+                    Err(e) => e,
+                };
+                if !last.goes_on(e) {
+                    return Ok(e);
+                }
+            }
+            return Ok(last.errno());
         }
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();

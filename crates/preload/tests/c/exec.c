@@ -59,7 +59,9 @@ static void by_execve(const char *prog) {
 static void by_execl(const char *prog) { execl(prog, prog, "execl", (char *)NULL); }
 static void by_execlp(const char *prog) { execlp(prog, prog, "execlp", (char *)NULL); }
 static void by_execle(const char *prog) {
-    execle(prog, prog, "execle", (char *)NULL, environ);
+    /* Its own environment, which the script prints ($ENGRAM_TEST_ENV). */
+    char *env[] = {"ENGRAM_TEST_ENV=+env", "PATH=/usr/bin:/bin", NULL};
+    execle(prog, prog, "execle", (char *)NULL, env);
 }
 static void by_fexecve(const char *prog) {
     int fd = open(prog, O_RDONLY | O_CLOEXEC);
@@ -75,7 +77,7 @@ int main(int argc, char **argv) {
     snprintf(binary, sizeof binary, "%s/true", argv[1]);
     snprintf(plain, sizeof plain, "%s/plain.sh", argv[1]);
     int fd = open(script, O_CREAT | O_WRONLY, 0755);
-    const char *text = "#!/bin/sh\necho ran \"$1\"\n";
+    const char *text = "#!/bin/sh\necho ran \"$1$ENGRAM_TEST_ENV\"\n";
     CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && close(fd) == 0);
     copy("/bin/true", binary, 0755);
     copy(script, plain, 0644);
@@ -93,7 +95,8 @@ int main(int argc, char **argv) {
     const char *names[] = {"execv", "execvp", "execve", "fexecve", "execl", "execlp", "execle"};
     for (int i = 0; i < 7; i++) {
         char want[64];
-        snprintf(want, sizeof want, "ran %s\n", names[i]);
+        snprintf(want, sizeof want, "ran %s%s\n", names[i],
+                 strcmp(names[i], "execle") == 0 ? "+env" : "");
         int st = run(ways[i], script, out, sizeof out);
         if (st != 0 || strcmp(out, want) != 0) {
             fprintf(stderr, "FAIL: %s of a script: status %d, printed \"%s\"\n", names[i], st, out);
@@ -131,6 +134,15 @@ int main(int argc, char **argv) {
         CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status));
         CHECK(strcmp(out, "ran spawnp\n") == 0);
         CHECK(posix_spawnp(&child, "no-such-program", NULL, NULL, tav, environ) == ENOENT);
+        /* A program outside the pool, after the pool directory in PATH; a directory named
+         * like it in the pool directory is passed over. */
+        char *trav[] = {"true", NULL};
+        char shadow[700];
+        snprintf(shadow, sizeof shadow, "%s/true", bin);
+        CHECK(mkdir(shadow, 0755) == 0);
+        CHECK(posix_spawnp(&child, "true", NULL, NULL, trav, environ) == 0);
+        CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK(run(by_execvp, "true", out, sizeof out) == 0);
     }
 
     pid_t pid;
