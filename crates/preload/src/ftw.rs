@@ -6,7 +6,6 @@
 //! entries in directory order. Paths outside the prefix go to libc.
 
 use crate::real;
-use crate::route::Route;
 use crate::util::{errno, set_errno};
 use libc::{c_char, c_int, c_void};
 use std::collections::HashSet;
@@ -353,19 +352,6 @@ fn walk(dir: *const c_char, callback: Callback, flags: c_int) -> c_int {
     r
 }
 
-/// Whether `dir` is a path the shim serves.
-///
-/// # Safety
-/// `dir` is null or a valid C string.
-unsafe fn ours(dir: *const c_char) -> bool {
-    // SAFETY: the caller's C string.
-    !dir.is_null()
-        && !matches!(
-            unsafe { crate::route::route(libc::AT_FDCWD, dir) },
-            Ok(Route::Pass)
-        )
-}
-
 macro_rules! nftws {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
@@ -377,7 +363,7 @@ macro_rules! nftws {
         ) -> c_int {
             // SAFETY: the caller's C string.
             match f {
-                Some(f) if unsafe { ours(dir) } => {
+                Some(f) if unsafe { crate::route::is_ours(dir) } => {
                     crate::util::guard(-1, || Ok(walk(dir, Callback::Nftw(f), flags)))
                 }
                 // SAFETY: forwarding the caller's arguments unchanged.
@@ -394,7 +380,7 @@ macro_rules! ftws {
         pub unsafe extern "C" fn $name(dir: *const c_char, f: Option<FtwFn>, nopenfd: c_int) -> c_int {
             // SAFETY: the caller's C string.
             match f {
-                Some(f) if unsafe { ours(dir) } => {
+                Some(f) if unsafe { crate::route::is_ours(dir) } => {
                     crate::util::guard(-1, || Ok(walk(dir, Callback::Ftw(f), 0)))
                 }
                 // SAFETY: forwarding the caller's arguments unchanged.

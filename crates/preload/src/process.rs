@@ -173,18 +173,6 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
     unsafe { execvpe(file, argv, environ) }
 }
 
-/// Whether `path` is under the prefix.
-///
-/// # Safety
-/// `path` is null or a valid C string.
-unsafe fn ours(path: *const c_char) -> bool {
-    // SAFETY: the caller's C string.
-    !matches!(
-        unsafe { crate::route::route(libc::AT_FDCWD, path) },
-        Ok(crate::route::Route::Pass)
-    )
-}
-
 /// Run `file` with /bin/sh (`sh file args...`): glibc's execvpe does so for a file the
 /// kernel does not recognise as a program.
 ///
@@ -230,7 +218,7 @@ pub unsafe extern "C" fn execvpe(
 ) -> c_int {
     crate::guarded!(-1, {
         // SAFETY: the caller's file.
-        if unsafe { has_slash(file) && ours(file) } {
+        if unsafe { has_slash(file) && crate::route::is_ours(file) } {
             // A path in the pool: no search; its copy runs (`execve`), and a file the kernel
             // cannot run (no `#!`) runs with /bin/sh, as glibc's execvpe does.
             // SAFETY: the caller's arguments.
@@ -274,7 +262,7 @@ fn path_with_pool_dirs() -> Option<Vec<Vec<u8>>> {
     let in_pool = |d: &Vec<u8>| {
         CString::new(d.clone()).is_ok_and(|c| {
             // SAFETY: a C string of ours.
-            unsafe { ours(c.as_ptr()) }
+            unsafe { crate::route::is_ours(c.as_ptr()) }
         })
     };
     dirs.iter().any(in_pool).then_some(dirs)
@@ -443,7 +431,7 @@ pub unsafe extern "C" fn posix_spawnp(
 ) -> c_int {
     crate::guarded!(libc::EIO, {
         // SAFETY: the caller's file.
-        if unsafe { has_slash(path) && ours(path) } {
+        if unsafe { has_slash(path) && crate::route::is_ours(path) } {
             // A path in the pool: no search; its copy runs (`posix_spawn`).
             // SAFETY: the caller's arguments.
             return Ok(unsafe { posix_spawn(pid, path, fa, at, argv, envp) });

@@ -349,6 +349,16 @@ pub unsafe fn route<'a>(dirfd: c_int, path: *const c_char) -> Res<Route<'a>> {
     route_bytes(dirfd, p)
 }
 
+/// Whether `path` (from the current directory) is one the shim serves, not libc: for the
+/// calls that replace what glibc does with its own internal calls (mkstemp, nftw, exec).
+///
+/// # Safety
+/// `path` is null or a valid C string.
+pub unsafe fn is_ours(path: *const c_char) -> bool {
+    // SAFETY: the caller's C string (null routes to libc).
+    !matches!(unsafe { route(libc::AT_FDCWD, path) }, Ok(Route::Pass))
+}
+
 #[inline(always)]
 pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
     if p.first() == Some(&b'/') {

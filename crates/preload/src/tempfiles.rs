@@ -6,7 +6,6 @@
 //! exports, as glibc would; any other template goes to libc.
 
 use crate::real;
-use crate::route::Route;
 use crate::util::{Res, errno};
 use libc::{c_char, c_int};
 
@@ -23,18 +22,6 @@ enum Make {
     Dir,
     /// A name that does not exist yet (nothing is made).
     Name,
-}
-
-/// Whether `template` is under the prefix (then the shim makes it).
-///
-/// # Safety
-/// `template` is null or a valid C string.
-unsafe fn ours(template: *const c_char) -> bool {
-    // SAFETY: the caller's C string.
-    !matches!(
-        unsafe { crate::route::route(libc::AT_FDCWD, template) },
-        Ok(Route::Pass)
-    )
 }
 
 /// Where the six `X` of `template` start, before its `suffix` bytes; EINVAL if they are not
@@ -150,7 +137,7 @@ unsafe fn mkostemps_impl(
     pass: impl FnOnce() -> c_int,
 ) -> Res<c_int> {
     // SAFETY: the caller's template.
-    if !unsafe { ours(template) } {
+    if !unsafe { crate::route::is_ours(template) } {
         return Ok(pass());
     }
     // glibc keeps only the flags that are not an access mode.
@@ -214,7 +201,7 @@ mkstemp!(mkstemp, mkstemp64);
 pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
     crate::guarded!(std::ptr::null_mut(), {
         // SAFETY: the caller's template.
-        if !unsafe { ours(template) } {
+        if !unsafe { crate::route::is_ours(template) } {
             // SAFETY: forwarded unchanged.
             return Ok(unsafe { real::mkdtemp(template) });
         }
@@ -229,7 +216,7 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mktemp(template: *mut c_char) -> *mut c_char {
     // SAFETY: the caller's template.
-    if template.is_null() || !unsafe { ours(template) } {
+    if template.is_null() || !unsafe { crate::route::is_ours(template) } {
         // SAFETY: forwarded unchanged.
         return unsafe { real::mktemp(template) };
     }
