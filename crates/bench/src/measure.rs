@@ -277,23 +277,26 @@ pub fn handoff_ns(trips: u64) -> Option<f64> {
     #[repr(align(64))]
     struct Line(std::sync::atomic::AtomicU64);
     use std::sync::atomic::Ordering::{Acquire, Release};
-    /// Written instead of the next odd value: the other thread stops.
-    const STOP: u64 = u64::MAX;
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         return None;
     }
     let line = Line(std::sync::atomic::AtomicU64::new(0));
     let flag = &line.0;
+    // Set when the measurement ends; a line of its own, read only while waiting. (A STOP
+    // value written into `flag` could be overwritten by a reply already under way, and the
+    // other thread then waited for ever.)
+    let stop_line = Line(std::sync::atomic::AtomicU64::new(0));
+    let stop = &stop_line.0;
     let (took, done) = std::thread::scope(|s| {
         s.spawn(|| {
             let mut want = 1;
             loop {
                 match flag.load(Acquire) {
-                    STOP => return,
                     v if v == want => {
                         flag.store(v + 1, Release);
                         want += 2;
                     }
+                    _ if stop.load(Acquire) != 0 => return,
                     _ => std::hint::spin_loop(),
                 }
             }
@@ -315,7 +318,7 @@ pub fn handoff_ns(trips: u64) -> Option<f64> {
             done = i + 1;
         }
         let took = started.elapsed();
-        flag.store(STOP, Release);
+        stop.store(1, Release);
         (took, done)
     });
     (done > 0).then(|| took.as_nanos() as f64 / done as f64 / 2.0)
