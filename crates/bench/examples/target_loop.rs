@@ -5,7 +5,8 @@
 //! with the same operation shows what a front end adds per call.
 //!
 //! `cargo run --release -p engram-bench --example target_loop -- OP COUNT [DIR|daemon]`, OP
-//! one of create, unlink, rename, stat, read, overwrite, append; `daemon`: the native API
+//! one of create, unlink, rename, stat, read, overwrite, append, mixed (an overwrite and a
+//! read of another page); `daemon`: the native API
 //! through a daemon this process starts; `ENGRAM_LOOP_PREFILL=N`: the creates go into a
 //! directory that already holds N files (a pool sized for them); `ENGRAM_LOOP_BYTES=N`: reads
 //! and writes of N bytes. The pools go where the
@@ -66,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t.open("/d/a/b/c/e", Open::CREATE)?.pwrite(b"x", 0)?;
             None
         }
-        "read" | "overwrite" => {
+        "read" | "overwrite" | "mixed" => {
             let f = t.open("/d/big", Open::CREATE)?;
             for p in 0..256u64 {
                 f.pwrite(&page, p * 4096)?;
@@ -132,6 +133,10 @@ fn timed(
             ("stat", _) => drop(t.stat_held(deep)?),
             ("read", Some(f)) => drop(f.pread(&mut buf, off)?),
             ("overwrite", Some(f)) => drop(f.pwrite(page, off)?),
+            ("mixed", Some(f)) => {
+                f.pwrite(page, off)?;
+                f.pread(&mut buf, (off + 4096 * 128) % (256 * 4096))?;
+            }
             ("append", Some(f)) => drop(f.append(page)?),
             _ => unreachable!("set up above"),
         }

@@ -445,6 +445,42 @@ mod tests {
         assert!(r.is_empty());
     }
 
+    /// Random inserts and takes (single pages and runs, valid and not) against a set of
+    /// pages: the runs always hold exactly the set, joined where consecutive.
+    #[test]
+    fn reserved_matches_a_set_of_pages() {
+        let p = |i: u64| (1 << 20) + i * PAGE;
+        let mut r = Reserved::default();
+        let mut model = std::collections::BTreeSet::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..20_000 {
+            let first = rand(200);
+            let len = 1 + rand(4);
+            let pages: Vec<u64> = (first..first + len).map(p).collect();
+            if rand(2) == 0 {
+                let fresh: Vec<u64> = pages.into_iter().filter(|q| !model.contains(q)).collect();
+                r.insert(fresh.iter().copied());
+                model.extend(fresh);
+            } else {
+                let ok = pages.iter().all(|q| model.contains(q));
+                assert_eq!(r.take(pages.iter().copied()), ok, "{pages:?}");
+                if ok {
+                    for q in &pages {
+                        model.remove(q);
+                    }
+                }
+            }
+            assert!(r.pages().eq(model.iter().copied()));
+            assert!(r.runs.windows(2).all(|w| w[0].0 + w[0].1 * PAGE < w[1].0));
+        }
+    }
+
     #[test]
     fn store_and_load_round_trip() {
         let geo = Geometry::for_size(8 << 20).unwrap();

@@ -122,8 +122,8 @@ impl Epochs {
     ///
     /// The fast path is one compare-and-swap on the slot this thread used last time. The
     /// epoch may be read before the swap: a stale (smaller) value only holds reclamation back
-    /// longer, and a reader that read the new value synchronises with the `retire_tag` that
-    /// made it, so it sees the unlinking that preceded the retirement.
+    /// longer, and a reader that read the new value synchronises with the `safe_epoch` that
+    /// made it, so it sees the unlinking that preceded it.
     #[inline]
     pub fn pin(&self) -> Guard<'_> {
         let mine = &self.groups[self.mine];
@@ -172,15 +172,31 @@ impl Epochs {
         }
     }
 
-    /// Tag for items being retired now: readers pinned at this epoch or earlier may still
-    /// hold them. Later pins see the items already unlinked.
+    /// Tag for items being retired now (already unlinked): readers pinned at this epoch or
+    /// earlier may still hold them.
+    ///
+    /// Neither a fence nor an advance here, only a load. Only the server advances the epoch
+    /// (`safe_epoch`, under the server's lock in-process), so this reads its latest value.
+    /// A reader that can still hold an item read the structure before the unlinking was
+    /// visible to it, so the epoch it pinned, loaded before that, cannot come from an
+    /// advance made after the unlinking (the advance is a release, the reader's load an
+    /// acquire: it would then have seen the unlinking): it is at most this tag.
+    ///
+    /// Why no fence and no advance: a fence here waited for the write-backs of the
+    /// commit's in-place updates (x86 orders `clwb` with locked instructions), and an
+    /// advance moved the global epoch's line to the server's core, which in the daemon
+    /// every client that pins then reads back across the cores: both on every commit that
+    /// retires a page, which is every overwrite.
     pub fn retire_tag(&self) -> u64 {
-        fence(Ordering::SeqCst);
-        self.global[0].fetch_add(1, Ordering::SeqCst)
+        self.global[0].load(Ordering::Relaxed)
     }
 
-    /// Items retired with a tag below this value can be reused.
+    /// Advance the epoch and return the epoch below which retired items can be reused:
+    /// what was retired until now comes free once its readers have left (new readers pin
+    /// at the advanced value). The fence pairs with the one after a reader's pin: either
+    /// the scan below sees the reader's slot, or the reader sees what was unlinked.
     pub fn safe_epoch(&self) -> u64 {
+        self.global[0].fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let mut min = self.global[0].load(Ordering::SeqCst);
         for s in self.groups.iter().flat_map(|g| g.iter()) {
@@ -365,6 +381,27 @@ mod tests {
             "a reader pinned before retirement blocks reuse"
         );
         drop(g);
+        assert!(e.safe_epoch() > tag);
+    }
+
+    /// Retiring does not advance the epoch; reclaiming does. A reader pinned when an item
+    /// was retired holds it back through any number of advances, and only until it leaves.
+    #[test]
+    fn a_reader_holds_back_what_was_retired_while_it_was_pinned() {
+        let e = Epochs::new(4);
+        let g = e.pin();
+        let tag = e.retire_tag();
+        assert_eq!(e.retire_tag(), tag, "retiring does not advance the epoch");
+        for _ in 0..3 {
+            assert!(
+                e.safe_epoch() <= tag,
+                "the pinned reader may still hold the item"
+            );
+        }
+        drop(g);
+        assert!(e.safe_epoch() > tag);
+        // Items retired while no reader was pinned come free at the next reclaim.
+        let tag = e.retire_tag();
         assert!(e.safe_epoch() > tag);
     }
 

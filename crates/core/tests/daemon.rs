@@ -248,6 +248,44 @@ fn every_operation_works_through_the_daemon() {
     check_clean(&d.pool);
 }
 
+/// Requests and replies of every length around the slot's inline block (a create's request
+/// is its name plus 23 bytes; an error reply carries its message) arrive whole, and a
+/// slot's payload area, used by a long request and then by its reply, keeps neither's
+/// bytes for the next message.
+#[test]
+fn messages_of_every_length_cross_the_slots_intact() {
+    let d = Daemon::start("lengths", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/n", 0o755).unwrap();
+    let name = |n: usize| -> String { (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect() };
+    for n in 1..=255 {
+        fs.write_file(format!("/n/{}", name(n)), n.to_string().as_bytes())
+            .unwrap();
+        // An error reply right after, with the same slot's payload area just used.
+        let e = fs.mkdir(format!("/n/{}", name(n)), 0o755).unwrap_err();
+        assert_eq!(e.errno(), libc::EEXIST, "name of {n} bytes");
+    }
+    let mut names: Vec<String> = fs
+        .read_dir("/n")
+        .unwrap()
+        .map(|e| String::from_utf8(e.unwrap().name).unwrap())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    names.sort_by_key(|n| n.len());
+    assert!(
+        names.iter().map(String::as_str).eq((1..=255)
+            .map(name)
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)),
+        "the names listed differ"
+    );
+    for n in 1..=255 {
+        let data = fs.read_file(format!("/n/{}", name(n))).unwrap();
+        assert_eq!(data, n.to_string().as_bytes(), "name of {n} bytes");
+    }
+}
+
 // ------------------------------------------------------------------ processes
 
 /// Run `role` in a child process: this test binary again, entering `worker_entry`.

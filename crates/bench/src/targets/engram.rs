@@ -202,7 +202,7 @@ impl EngramTarget {
         }
     }
 
-    fn fs(&self) -> &Fs {
+    pub fn fs(&self) -> &Fs {
         self.fs
             .as_ref()
             .expect("the file system is open until drop")

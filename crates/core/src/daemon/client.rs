@@ -2,7 +2,7 @@
 
 use super::futex;
 use super::handshake::{self, Hello};
-use super::shm::{self, ClientRegion, Common, REPLY, REQUEST, SLOTS_PER_CLIENT};
+use super::shm::{self, ClientRegion, Common, SLOTS_PER_CLIENT};
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::request::{Request, Response};
@@ -151,11 +151,19 @@ impl Remote {
     /// `call_raw` into `reply` (replacing what it held).
     fn call_raw_into(&self, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
         let slot = self.claim();
-        if let Err(e) = slot.put(payload) {
-            slot.reset();
-            return Err(Error::with_msg(libc::E2BIG, e.to_string()));
-        }
-        slot.state().store(REQUEST, Ordering::SeqCst);
+        let result = self.round_trip(&slot, payload, reply);
+        slot.owner().store(0, Ordering::Release);
+        result
+    }
+
+    fn round_trip(&self, slot: &shm::Slot<'_>, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
+        let seq = slot.request_seq().load(Ordering::Relaxed).wrapping_add(1);
+        slot.put_request(payload)
+            .map_err(|e| Error::with_msg(libc::E2BIG, e.to_string()))?;
+        slot.request_seq().store(seq, Ordering::Release);
+        // The doorbell's locked add also orders the request before the `sleeping` check: a
+        // server that announced its sleep after this either finds the request in its last
+        // scan or sees the doorbell change.
         let bell = self.mine.region().bell();
         bell.fetch_add(1, Ordering::SeqCst);
         if self.common.sleeping().load(Ordering::SeqCst) != 0 {
@@ -163,7 +171,12 @@ impl Remote {
         }
         let (mut spins, mut yields) = (0u32, 0u32);
         let mut started: Option<Instant> = None;
-        while slot.state().load(Ordering::Acquire) != REPLY {
+        let mut slept = false;
+        loop {
+            let seen = slot.reply_seq().load(Ordering::Acquire);
+            if seen == seq {
+                break;
+            }
             spins += 1;
             // The clock is read every 64 steps, and only once the reply is late.
             if yields == 0
@@ -178,19 +191,23 @@ impl Remote {
                 std::thread::yield_now();
                 continue;
             }
+            slept = true;
             slot.waiting().store(1, Ordering::SeqCst);
-            if slot.state().load(Ordering::SeqCst) == REQUEST {
-                futex::wait(slot.state(), REQUEST, Duration::from_millis(200));
+            if slot.reply_seq().load(Ordering::SeqCst) == seen {
+                futex::wait(slot.reply_seq(), seen, Duration::from_millis(200));
             }
-            if slot.state().load(Ordering::Acquire) != REPLY && self.daemon_gone() {
+            if slot.reply_seq().load(Ordering::Acquire) != seq && self.daemon_gone() {
+                slot.waiting().store(0, Ordering::Release);
                 return Err(Error::with_msg(
                     libc::EIO,
                     "the EngramFS daemon has gone away",
                 ));
             }
         }
-        slot.get_into(reply);
-        slot.reset();
+        slot.get_reply(reply);
+        if slept {
+            slot.waiting().store(0, Ordering::Release);
+        }
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 
 use super::client::SPIN_TIME;
 use super::futex::{self, Waiter};
-use super::shm::{self, ClientArea, Common, REPLY, REQUEST, SLOTS_PER_CLIENT};
+use super::shm::{self, ClientArea, Common, SLOTS_PER_CLIENT};
 use super::watch;
 use crate::epoch::Epochs;
 use crate::error::{Error, Result};
@@ -428,7 +428,7 @@ fn run_loop(
 }
 
 /// Handle every posted request once; returns whether there were any. The slots are in
-/// memory the clients write: only a slot in state REQUEST is read, its length is clamped,
+/// memory the clients write: only a slot whose request awaits its reply is read, its length is clamped,
 /// and the request is decoded and validated like any other input. A request is served
 /// with the identity and credentials of the client whose region it is in.
 fn serve_slots(
@@ -444,13 +444,13 @@ fn serve_slots(
         let region = area.region(c.index);
         for i in 0..SLOTS_PER_CLIENT {
             let slot = region.slot(i);
-            if slot.state().load(Ordering::Acquire) != REQUEST {
+            let Some(seq) = slot.pending() else {
                 continue;
-            }
+            };
             any = true;
             active.insert(c.id);
             let mut kind = "undecodable request";
-            slot.get_into(inbuf);
+            slot.get_request(inbuf);
             let result = wire::decode_request(inbuf).and_then(|req| {
                 kind = req.kind();
                 server.handle(c.id, &c.creds, req)
@@ -464,14 +464,14 @@ fn serve_slots(
             }
             buf.0.clear();
             wire::encode_reply(&result, buf);
-            if slot.put(&buf.0).is_err() {
+            if slot.put_reply(&buf.0).is_err() {
                 buf.0.clear();
                 wire::encode_reply(&Err(Error::with_msg(libc::E2BIG, "reply too large")), buf);
-                let _ = slot.put(&buf.0);
+                let _ = slot.put_reply(&buf.0);
             }
-            slot.state().store(REPLY, Ordering::SeqCst);
+            slot.reply_seq().store(seq, Ordering::SeqCst);
             if slot.waiting().load(Ordering::SeqCst) != 0 {
-                futex::wake(slot.state());
+                futex::wake(slot.reply_seq());
             }
         }
     }

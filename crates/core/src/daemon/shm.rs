@@ -30,7 +30,7 @@ pub const SLOTS_PER_CLIENT: usize = 8;
 pub const EPOCHS_PER_CLIENT: usize = 32;
 /// Bytes of request or reply a slot carries (an 8 MiB write commit of scattered pages fits).
 pub const SLOT_PAYLOAD: usize = 96 << 10;
-const SLOT_HEADER: usize = 64;
+const SLOT_HEADER: usize = 3 * BLOCK;
 const SLOT_BYTES: usize = SLOT_HEADER + SLOT_PAYLOAD;
 
 // The common region's header words.
@@ -39,16 +39,15 @@ const C_SLEEPING: usize = 64;
 const C_GLOBAL_EPOCH: usize = 128;
 const C_SEQS: usize = PAGE;
 
-// A client region: header page (magic, doorbell, epoch slots), then the request slots.
+// A client region: header page (magic, doorbell, epoch slots, slot owners), then the slots.
 const R_BELL: usize = 64;
 const R_EPOCHS: usize = 128;
+/// The slots' owner words, a line each (client threads claim slots; the server never looks).
+const R_OWNERS: usize = R_EPOCHS + EPOCHS_PER_CLIENT * 8;
+const _: () = assert!(R_OWNERS.is_multiple_of(64) && R_OWNERS + SLOTS_PER_CLIENT * 64 <= R_SLOTS);
 const R_SLOTS: usize = PAGE;
 /// Bytes of one client region.
 pub const CLIENT_BYTES: usize = (R_SLOTS + SLOTS_PER_CLIENT * SLOT_BYTES).div_ceil(PAGE) * PAGE;
-
-pub const IDLE: u32 = 0;
-pub const REQUEST: u32 = 1;
-pub const REPLY: u32 = 2;
 
 struct Mapping {
     ptr: *mut u8,
@@ -260,6 +259,7 @@ impl<'a> Region<'a> {
         Slot {
             region: *self,
             off: R_SLOTS + i * SLOT_BYTES,
+            index: i,
         }
     }
 
@@ -400,76 +400,117 @@ impl ClientArea {
     }
 }
 
-/// One request slot: `owner` (a client thread holds it), `state` (IDLE, REQUEST, REPLY; a
-/// futex word), `waiting` (the client sleeps on `state`), the payload length, the payload.
+/// One request slot. The client writes only the request line (and, when it goes to sleep,
+/// the `waiting` line); the server writes only the reply line. A round trip then moves
+/// each line once between the cores: the client's store takes the request line from the
+/// server's cache and the server's poll takes it back, and the same for the reply. (When
+/// both sides wrote one state word, a round trip moved it, the payload and the resets
+/// across about eight times.) A message of up to `INLINE` bytes travels in its block; a
+/// longer one in the slot's payload area, which the request and then the reply use in
+/// turn. A request is pending while its sequence number differs from the reply's.
 pub struct Slot<'a> {
     region: Region<'a>,
     off: usize,
+    index: usize,
 }
 
+/// A message block, two cache lines: sequence number, length, then up to INLINE bytes of
+/// message (a one-page write commit with its check is 70 bytes). The second line is
+/// copied right after the first, so both cross at once.
+const BLOCK: usize = 128;
+pub const INLINE: usize = BLOCK - 8;
+// Offsets in a slot: each block in its own 128-byte-aligned pair of lines, so that the
+// adjacent-line prefetcher never pulls the other side's lines along.
+const S_REQUEST: usize = 0;
+const S_WAITING: usize = BLOCK;
+const S_REPLY: usize = 2 * BLOCK;
+
 impl<'a> Slot<'a> {
+    /// Taken by a client thread for one call (threads of one process share the slots). It
+    /// lives in the header page, which the server never reads.
     pub fn owner(&self) -> &'a AtomicU32 {
-        self.region.u32_at(self.off)
+        self.region.u32_at(R_OWNERS + self.index * 64)
     }
-    pub fn state(&self) -> &'a AtomicU32 {
-        self.region.u32_at(self.off + 4)
+    pub fn request_seq(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off + S_REQUEST)
     }
+    /// The reply's sequence number; also the futex word a sleeping client waits on.
+    pub fn reply_seq(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off + S_REPLY)
+    }
+    /// Set by a client that sleeps on `reply_seq`: the server then wakes it.
     pub fn waiting(&self) -> &'a AtomicU32 {
-        self.region.u32_at(self.off + 8)
-    }
-    fn len(&self) -> &'a AtomicU32 {
-        self.region.u32_at(self.off + 12)
+        self.region.u32_at(self.off + S_WAITING)
     }
 
-    /// Copy a message into the payload (the caller then publishes it through `state`).
-    pub fn put(&self, data: &[u8]) -> io::Result<()> {
+    /// Whether a request waits for its reply (read by the server).
+    pub fn pending(&self) -> Option<u32> {
+        let seq = self.request_seq().load(Ordering::Acquire);
+        (seq != self.reply_seq().load(Ordering::Relaxed)).then_some(seq)
+    }
+
+    /// Copy a request into the slot (the caller then publishes it through `request_seq`).
+    pub fn put_request(&self, data: &[u8]) -> io::Result<()> {
+        self.put(S_REQUEST, data)
+    }
+
+    /// Copy a reply into the slot (the caller then publishes it through `reply_seq`).
+    pub fn put_reply(&self, data: &[u8]) -> io::Result<()> {
+        self.put(S_REPLY, data)
+    }
+
+    pub fn get_request(&self, out: &mut Vec<u8>) {
+        self.get(S_REQUEST, out)
+    }
+
+    pub fn get_reply(&self, out: &mut Vec<u8>) {
+        self.get(S_REPLY, out)
+    }
+
+    fn put(&self, line: usize, data: &[u8]) -> io::Result<()> {
         if data.len() > SLOT_PAYLOAD {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "request too large for a slot",
             ));
         }
-        // SAFETY: the payload area is inside the region and large enough (checked above).
-        // The other side may scribble on it concurrently (it is shared memory): we only
-        // copy bytes, never form references to them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.region.base.add(self.off + SLOT_HEADER),
-                data.len(),
-            )
+        let to = if data.len() <= INLINE {
+            self.off + line + 8
+        } else {
+            self.off + SLOT_HEADER
         };
-        self.len().store(data.len() as u32, Ordering::Release);
+        // SAFETY: both places are inside the region and large enough (checked above). The
+        // other side may scribble on them concurrently (it is shared memory): we only copy
+        // bytes, never form references to them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.region.base.add(to), data.len())
+        };
+        self.region
+            .u32_at(self.off + line + 4)
+            .store(data.len() as u32, Ordering::Release);
         Ok(())
     }
 
-    /// Copy the payload out. The length comes from the other side: clamp it, never trust it.
-    pub fn get(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        self.get_into(&mut v);
-        v
-    }
-
-    /// `get` into `out` (replacing what it held), reusing its allocation.
-    pub fn get_into(&self, out: &mut Vec<u8>) {
-        let n = (self.len().load(Ordering::Acquire) as usize).min(SLOT_PAYLOAD);
+    /// Copy a message out (replacing what `out` held, reusing its allocation). The length
+    /// comes from the other side: clamp it, never trust it.
+    fn get(&self, line: usize, out: &mut Vec<u8>) {
+        let n = (self
+            .region
+            .u32_at(self.off + line + 4)
+            .load(Ordering::Acquire) as usize)
+            .min(SLOT_PAYLOAD);
+        let from = if n <= INLINE {
+            self.off + line + 8
+        } else {
+            self.off + SLOT_HEADER
+        };
         out.clear();
         out.reserve(n);
-        // SAFETY: `n` is clamped to the payload area inside the region, and `out` has room
-        // for `n` bytes, all of which are written before the length is set.
+        // SAFETY: `n` is clamped to the place it is read from, inside the region, and
+        // `out` has room for `n` bytes, all of which are written before the length is set.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.region.base.add(self.off + SLOT_HEADER),
-                out.as_mut_ptr(),
-                n,
-            );
+            std::ptr::copy_nonoverlapping(self.region.base.add(from), out.as_mut_ptr(), n);
             out.set_len(n);
         }
-    }
-
-    pub fn reset(&self) {
-        self.state().store(IDLE, Ordering::Release);
-        self.waiting().store(0, Ordering::Release);
-        self.owner().store(0, Ordering::Release);
     }
 }

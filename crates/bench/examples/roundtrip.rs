@@ -1,0 +1,28 @@
+//! The daemon transport's own cost: a `statfs` (a request the server answers from a few
+//! counters) through a daemon this process starts, timed per round trip, beside the host's
+//! cross-core hand-off. What a daemon row costs above its in-process row, less this, is
+//! the server's work and the lines it hands back and forth.
+//!
+//! `cargo run --release -p engram-bench --example roundtrip -- [COUNT]`
+
+use engram_bench::targets::engram::EngramTarget;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let count: u64 = std::env::args().nth(1).map_or(Ok(200_000), |c| c.parse())?;
+    let _pools = engram_bench::PoolDir::acquire();
+    let target = EngramTarget::daemon("roundtrip", 64 << 20)?;
+    let fs = target.fs();
+    for _ in 0..1000 {
+        fs.statfs()?;
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..count {
+        std::hint::black_box(fs.statfs()?);
+    }
+    let ns = started.elapsed().as_nanos() as f64 / count as f64;
+    println!("statfs through the daemon: {ns:.0} ns per round trip");
+    if let Some(h) = engram_bench::measure::handoff_ns(2_000_000) {
+        println!("host hand-off: {h:.1} ns one way");
+    }
+    Ok(())
+}
