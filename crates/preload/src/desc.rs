@@ -20,7 +20,7 @@ use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const DESC_BYTES: usize = 8192;
-pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD01");
+pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD02");
 pub const MEMFD_PREFIX: &[u8] = b"/memfd:engram-fd";
 const MEMFD_NAME: &[u8] = b"engram-fd\0";
 
@@ -34,6 +34,12 @@ pub struct DescState {
     pub offset: AtomicU64,
     pub is_dir: u32,
     pub path_len: u32,
+    /// The descriptor of the description's lock file that an exec'd image inherits (-1:
+    /// none); written just before exec by the process that execs (`table::pass_lock_fds`).
+    pub lock_fd: AtomicI32,
+    pub _reserved: u32,
+    /// The pool the lock file is named after (`sidefiles::pool_id`), with `lock_fd`.
+    pub lock_pool: AtomicU64,
 }
 
 /// A published description's memfd page: the state, then the path.
@@ -54,6 +60,9 @@ pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> DescState
         offset: AtomicU64::new(0),
         is_dir: is_dir as u32,
         path_len: 0,
+        lock_fd: AtomicI32::new(-1),
+        _reserved: 0,
+        lock_pool: AtomicU64::new(0),
     }
 }
 
@@ -263,6 +272,8 @@ pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)
         st.offset = AtomicU64::new(from.offset.load(Ordering::Acquire));
         st.is_dir = from.is_dir;
         st.path_len = n as u32;
+        st.lock_fd = AtomicI32::new(-1);
+        st.lock_pool = AtomicU64::new(0);
         std::ptr::write_volatile(&mut st.magic, DESC_MAGIC);
     }
     Ok((fd, page))

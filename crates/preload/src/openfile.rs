@@ -181,24 +181,28 @@ impl OpenFile {
         if fd >= 0 {
             return Ok(fd);
         }
+        // Under the operation guard: fork waits, so no child starts with OPENING held.
+        let _op = session::op();
+        self.open_lock_fd(session::pool_id())
+    }
+
+    /// The lock file's descriptor, if this process has opened it.
+    pub(crate) fn lock_fd_if_open(&self) -> Option<c_int> {
+        let fd = self.lock_fd.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+
+    /// Open the lock file's descriptor unless it is open (close-on-exec, at a high number).
+    /// Called under the operation guard, or before fork with every operation finished.
+    pub(crate) fn open_lock_fd(&self, pool: u64) -> Res<c_int> {
         // One opening at a time: a second descriptor of the lock file, opened by a racing
         // thread and closed again, would release every POSIX lock of the process on it.
-        // Under the operation guard: fork waits, so no child starts with the mutex held.
-        static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _op = session::op();
         let _one = OPENING.lock().unwrap_or_else(|e| e.into_inner());
         let fd = self.lock_fd.load(Ordering::Acquire);
         if fd >= 0 {
             return Ok(fd);
         }
-        let name = format!(
-            "{}\0",
-            engram_core::sidefiles::lock_file(
-                session::pool_id(),
-                self.handle.ino,
-                self.handle.generation
-            )
-        );
+        let name = self.lock_file_name(pool);
         // SAFETY: opening a NUL-terminated path with the real open.
         let fd = unsafe {
             real::open(
@@ -214,7 +218,57 @@ impl OpenFile {
         self.lock_fd.store(fd, Ordering::Release);
         Ok(fd)
     }
+
+    /// The lock file's path, NUL-terminated.
+    fn lock_file_name(&self, pool: u64) -> String {
+        format!(
+            "{}\0",
+            engram_core::sidefiles::lock_file(pool, self.handle.ino, self.handle.generation)
+        )
+    }
+
+    /// Record the lock file's descriptor in the published page for the image this process
+    /// is about to exec.
+    pub(crate) fn pass_lock_fd(&self, fd: c_int, pool: u64) {
+        let d = self.desc();
+        d.lock_pool.store(pool, Ordering::Release);
+        d.lock_fd.store(fd, Ordering::Release);
+    }
+
+    /// In an image that inherited this description: take over the lock file's descriptor
+    /// the image before it passed, if that number is still the lock file of this file (a
+    /// number from another process sharing the page, or reused since, is not).
+    pub(crate) fn adopt_lock_fd(&self) {
+        let d = self.desc();
+        let fd = d.lock_fd.load(Ordering::Acquire);
+        if fd < 0 || crate::ownfds::is_own(fd) {
+            return;
+        }
+        let name = self.lock_file_name(d.lock_pool.load(Ordering::Acquire));
+        let want = &name.as_bytes()[..name.len() - 1];
+        let link = format!("/proc/self/fd/{fd}\0");
+        let mut buf = [0u8; 256];
+        // SAFETY: readlink into a local buffer with the real call.
+        let n = unsafe {
+            real::readlink(
+                link.as_ptr() as *const libc::c_char,
+                buf.as_mut_ptr() as *mut libc::c_char,
+                buf.len(),
+            )
+        };
+        if n <= 0 || &buf[..n as usize] != want {
+            return;
+        }
+        // SAFETY: marking the inherited descriptor close-on-exec again, as the shim keeps
+        // its own (the next exec passes it on if the description survives it).
+        unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
+        crate::ownfds::own(fd);
+        self.lock_fd.store(fd, Ordering::Release);
+    }
 }
+
+/// Held while a lock file's descriptor is opened (see `open_lock_fd`).
+static OPENING: Mutex<()> = Mutex::new(());
 
 impl Drop for OpenFile {
     fn drop(&mut self) {

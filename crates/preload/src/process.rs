@@ -33,6 +33,20 @@ pub fn register_fork_handlers() {
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
+/// Run an exec with the lock files of the descriptions the new image inherits left open
+/// for it (`table::pass_lock_fds`); if it returns (the exec failed, or posix_spawn is back
+/// in the parent) they are close-on-exec again, with errno kept.
+fn passing_lock_fds<T>(exec: impl FnOnce() -> T) -> T {
+    let passed = crate::table::pass_lock_fds();
+    let r = exec();
+    if !passed.is_empty() {
+        let e = crate::util::errno();
+        crate::table::keep_lock_fds(&passed);
+        crate::util::set_errno(e);
+    }
+    r
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> pid_t {
     crate::guarded!(-1, {
@@ -145,12 +159,12 @@ pub unsafe extern "C" fn execve(
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execve (or fexecve of the pool program's copy) with the caller's
         // path and arguments.
-        unsafe {
+        passing_lock_fds(|| unsafe {
             match &program {
                 Some(p) => real::fexecve(p.fd(), argv, env.as_ptr()),
                 None => real::execve(path, argv, env.as_ptr()),
             }
-        }
+        })
     })
 }
 
@@ -240,7 +254,7 @@ pub unsafe extern "C" fn execvpe(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execvpe with the caller's file and arguments.
-        unsafe { real::execvpe(file, argv, env.as_ptr()) }
+        passing_lock_fds(|| unsafe { real::execvpe(file, argv, env.as_ptr()) })
     })
 }
 
@@ -382,13 +396,18 @@ pub unsafe extern "C" fn fexecve(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real fexecve.
-        unsafe { real::fexecve(program.as_ref().map_or(fd, Program::fd), argv, env.as_ptr()) }
+        passing_lock_fds(|| unsafe {
+            real::fexecve(program.as_ref().map_or(fd, Program::fd), argv, env.as_ptr())
+        })
     })
 }
 
+/// Before posix_spawn: every description published, with its lock file open (as before
+/// fork).
 fn publish_all() {
     let _op = crate::session::op();
     crate::table::publish_all();
+    crate::table::open_lock_fds();
 }
 
 #[unsafe(no_mangle)]
@@ -416,7 +435,9 @@ pub unsafe extern "C" fn posix_spawn(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawn with the caller's arguments.
-        unsafe { real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+        passing_lock_fds(|| unsafe {
+            real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
+        })
     })
 }
 
@@ -471,6 +492,8 @@ pub unsafe extern "C" fn posix_spawnp(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawnp with the caller's arguments.
-        unsafe { real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char) }
+        passing_lock_fds(|| unsafe {
+            real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
+        })
     })
 }

@@ -154,6 +154,19 @@ pub fn pool_id() -> u64 {
     state().pool_id
 }
 
+/// The pool's id if this process is connected, without waiting for the state (before fork
+/// and exec: a thread that holds it is not waited for).
+pub fn pool_id_now() -> Option<u64> {
+    let s = STATE.try_lock().ok()?;
+    (s.mode != Mode::None && s.fs.is_some()).then_some(s.pool_id)
+}
+
+/// `pool_id_now` when the pool is served by a daemon (shared with forked children).
+pub fn daemon_pool_id() -> Option<u64> {
+    let s = STATE.try_lock().ok()?;
+    (s.mode == Mode::Daemon && s.fs.is_some()).then_some(s.pool_id)
+}
+
 /// In a forked child: the parent's connection must be neither used nor dropped (dropping
 /// would send its requests from this process).
 fn forget_parent(s: &mut State, epoch: u64) {

@@ -149,6 +149,7 @@ pub fn adopt_inherited() {
             if let Some((_, of)) = found.iter().find(|(ino, _)| *ino == st.st_ino) {
                 install(fd, of.clone());
             } else if let Some(of) = adopt(fd) {
+                of.adopt_lock_fd();
                 let of = Arc::new(of);
                 install(fd, of.clone());
                 found.push((st.st_ino, of));
@@ -429,6 +430,87 @@ pub fn publish_all() {
 pub fn lock_for_fork() {
     LOCK.write_lock();
     publish_all_locked();
+    open_lock_fds_locked();
+}
+
+/// Every description in the table, once each (the caller holds `LOCK`).
+fn each_description(mut f: impl FnMut(&OpenFile)) {
+    let end = END.load(Ordering::Acquire).min(MAX_FDS);
+    let mut all: Vec<*const OpenFile> = SLOTS[..end]
+        .iter()
+        .map(|slot| slot.load(Ordering::Acquire) as *const OpenFile)
+        .filter(|p| !p.is_null())
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    for p in all {
+        // SAFETY: the slot's reference keeps `p` alive while the caller holds the lock.
+        f(unsafe { &*p });
+    }
+}
+
+/// Before fork (and posix_spawn), through a daemon: open the lock file of every
+/// description that has none yet, so that parent and child share it as they share the
+/// description. A flock is the description's: with a lock file opened by each process
+/// after the fork, `exec 9>f; flock -x 9` (the lock taken by a child, which exits) would
+/// hold nothing, and the parent's and child's flocks would conflict. (A pool opened in the
+/// process is not shared with a child: nothing to do.)
+fn open_lock_fds_locked() {
+    let Some(pool) = session::daemon_pool_id() else {
+        return;
+    };
+    each_description(|of| {
+        let _ = of.open_lock_fd(pool);
+    });
+}
+
+/// `open_lock_fds_locked` for posix_spawn.
+pub fn open_lock_fds() {
+    let _g = LOCK.write();
+    open_lock_fds_locked();
+}
+
+/// Just before exec: the lock file descriptors of the descriptions the new image inherits
+/// (those with a descriptor that is not close-on-exec) stay open across exec, recorded in
+/// the description's page, so that the new image takes its flocks, OFD locks and the
+/// process's POSIX locks on them through the same open file as this one. Returns the
+/// descriptors to make close-on-exec again if the exec fails (`keep_lock_fds`).
+pub fn pass_lock_fds() -> Vec<c_int> {
+    let Some(pool) = session::pool_id_now() else {
+        return Vec::new();
+    };
+    let _g = LOCK.read();
+    let end = END.load(Ordering::Acquire).min(MAX_FDS);
+    let mut passed = Vec::new();
+    for (fd, slot) in SLOTS.iter().enumerate().take(end) {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: the slot's reference keeps `p` alive while we hold the lock.
+        let of = unsafe { &*p };
+        let Some(lock_fd) = of.lock_fd_if_open() else {
+            continue;
+        };
+        if passed.contains(&lock_fd) || !of.is_published() || desc::is_cloexec(fd as c_int) {
+            continue;
+        }
+        // SAFETY: clearing close-on-exec on our own descriptor with the real call.
+        if unsafe { real::fcntl(lock_fd, libc::F_SETFD, 0) } == 0 {
+            of.pass_lock_fd(lock_fd, pool);
+            passed.push(lock_fd);
+        }
+    }
+    passed
+}
+
+/// The exec failed (or posix_spawn returned in the parent): the lock file descriptors are
+/// close-on-exec again.
+pub fn keep_lock_fds(fds: &[c_int]) {
+    for &fd in fds {
+        // SAFETY: setting close-on-exec on our own descriptor with the real call.
+        unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
+    }
 }
 
 pub fn unlock_after_fork() {

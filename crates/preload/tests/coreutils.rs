@@ -165,3 +165,79 @@ fn make_gcc_and_patch_work_in_the_pool() {
     assert_eq!(out.trim(), "42\n42\nscript ok\npatched", "{out}");
     p.fsck();
 }
+
+/// A flock is the open file description's, wherever the description went: the shell idiom
+/// `exec 9>f; flock -x 9` holds the lock after flock(1) has exited (the shell keeps the
+/// description), until the shell closes it; a lock taken by a forked child on a shared
+/// description stays after the child exits; and a POSIX lock survives the exec of its
+/// process. Another open of the file contends with each (`flock -n` / `F_SETLK` refused).
+#[test]
+fn locks_travel_with_their_description_through_fork_and_exec() {
+    if !(common::require("flock", "util-linux") && common::require("python3", "python3")) {
+        return;
+    }
+    let p = Pool::new("flockexec", 64);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        exec 9>$M/lk
+        flock -x 9
+        flock -n $M/lk true && echo free || echo held
+        exec 9>&-
+        flock -n $M/lk true && echo free || echo held
+        exec 8>$M/sh
+        flock -s 8
+        flock -n -s $M/sh true && echo shared
+        flock -n -x $M/sh true && echo free || echo held
+        flock -u 8
+        flock -n -x $M/sh true && echo free || echo held
+        python3 - <<'PY'
+import fcntl, os, subprocess, sys
+M = '/mnt/engram'
+def contended(path, cmd):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        cmd(fd)
+        return 'free'
+    except OSError:
+        return 'held'
+    finally:
+        os.close(fd)
+fd = os.open(M + '/forked', os.O_RDWR | os.O_CREAT)
+pid = os.fork()
+if pid == 0:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os._exit(0)
+os.waitpid(pid, 0)
+print('forked', contended(M + '/forked', lambda f: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)))
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print('parent converts')
+os.close(fd)
+print('forked', contended(M + '/forked', lambda f: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)))
+# A POSIX lock of this process survives its exec; the new image tests it from a child.
+fd = os.open(M + '/posix', os.O_RDWR | os.O_CREAT)
+os.set_inheritable(fd, True)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+sys.stdout.flush()
+os.execvp('python3', ['python3', '-c', '''
+import fcntl, os
+M = "/mnt/engram"
+pid = os.fork()
+if pid == 0:
+    fd = os.open(M + "/posix", os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("posix after exec free")
+    except OSError:
+        print("posix after exec held")
+    os._exit(0)
+os.waitpid(pid, 0)
+'''])
+PY
+        "#);
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>().join(" "),
+        "held free shared held free forked held parent converts forked free posix after exec held",
+        "{out}"
+    );
+    p.fsck();
+}
