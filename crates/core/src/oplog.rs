@@ -227,7 +227,7 @@ impl Entry {
 /// record's fence (or at a durability point: checkpoint, fsync, unmount), instead of right
 /// after the stores. The log makes the stores redundant until a checkpoint moves the head
 /// past their record, so they need not be durable sooner; written back at once, the first
-/// locked instruction after them (the epoch's tag, the server's lock) waited for the
+/// locked instruction after them (then the epoch's tag, the server's lock) waited for the
 /// write-backs to finish: a third of a 4 KiB overwrite. Deferred, they drain during the
 /// next operation, overlapped with its own record.
 #[derive(Clone, Copy, Debug, Default)]

@@ -286,6 +286,25 @@ fn messages_of_every_length_cross_the_slots_intact() {
     }
 }
 
+/// Once the daemon has gone, every call fails with EIO, however many: none waits for ever
+/// on a slot an earlier failed call left taken (a client has eight), and none reuses such
+/// a slot.
+#[test]
+fn calls_after_the_daemon_has_gone_fail_with_eio() {
+    let mut d = Daemon::start("gone", 16 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/before", 0o755).unwrap();
+    d.stop();
+    for i in 0..20 {
+        let e = fs.mkdir(format!("/after{i}"), 0o755).unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "call {i}: {e}");
+    }
+    drop(fs);
+    let fs = Fs::open(&d.pool, &Default::default()).unwrap();
+    assert!(fs.stat("/before").is_ok());
+    assert!(fs.stat("/after0").is_err());
+}
+
 // ------------------------------------------------------------------ processes
 
 /// Run `role` in a child process: this test binary again, entering `worker_entry`.

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Lowest descriptor number the connection uses: programs (shells especially) take the
@@ -41,6 +41,10 @@ pub(crate) const SPIN_TIME: Duration = Duration::from_micros(3);
 /// 4,000 steps and the daemon never yielded, 17 µs with both yielding after 3 µs).
 const YIELDS: u32 = 64;
 
+fn daemon_gone_error() -> Error {
+    Error::with_msg(libc::EIO, "the EngramFS daemon has gone away")
+}
+
 pub struct Remote {
     /// The server's region (header, global epoch, sequence counters), mapped read-only.
     common: Common,
@@ -50,6 +54,10 @@ pub struct Remote {
     pub hello: Hello,
     /// Kept open: the server notices the client is gone when it closes.
     stream: UnixStream,
+    /// Set once a call found the daemon gone: later calls fail at once, and the slot of
+    /// the abandoned request stays taken (were it reused, a server still reading this
+    /// region could answer the new request with the old one's number and serve it twice).
+    gone: AtomicBool,
 }
 
 impl Remote {
@@ -80,6 +88,7 @@ impl Remote {
             mine,
             hello,
             stream,
+            gone: AtomicBool::new(false),
         })
     }
 
@@ -150,9 +159,14 @@ impl Remote {
 
     /// `call_raw` into `reply` (replacing what it held).
     fn call_raw_into(&self, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(daemon_gone_error());
+        }
         let slot = self.claim();
         let result = self.round_trip(&slot, payload, reply);
-        slot.owner().store(0, Ordering::Release);
+        if !self.gone.load(Ordering::Acquire) {
+            slot.owner().store(0, Ordering::Release);
+        }
         result
     }
 
@@ -198,10 +212,8 @@ impl Remote {
             }
             if slot.reply_seq().load(Ordering::Acquire) != seq && self.daemon_gone() {
                 slot.waiting().store(0, Ordering::Release);
-                return Err(Error::with_msg(
-                    libc::EIO,
-                    "the EngramFS daemon has gone away",
-                ));
+                self.gone.store(true, Ordering::Release);
+                return Err(daemon_gone_error());
             }
         }
         slot.get_reply(reply);

@@ -12,9 +12,9 @@
 //!   of one reserved area (found by client index) and puts zero pages back when the client
 //!   goes, so what a dead client's other processes still write reaches nobody.
 //!
-//! Everything a client can write is read by the server through atomics and checked: slot
-//! states other than REQUEST are ignored, lengths are clamped, epochs only hold reclamation
-//! back.
+//! Everything a client can write is read by the server through atomics and checked: only
+//! a slot whose request number differs from its reply's is read, lengths are clamped,
+//! epochs only hold reclamation back.
 
 use crate::epoch::{Atomics, SeqTable};
 use std::io;
@@ -23,7 +23,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM2");
-const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI1");
+/// The client region's layout version is its last byte: a client and a daemon of builds
+/// with different slot layouts must refuse each other, not wait for replies in the wrong
+/// place (2: request and reply blocks split by writer).
+const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI2");
 const PAGE: usize = 4096;
 pub const MAX_CLIENTS: usize = 64;
 pub const SLOTS_PER_CLIENT: usize = 8;
@@ -317,8 +320,17 @@ impl ClientRegion {
             }),
         };
         // SAFETY: word 0 of the mapped region, aligned.
-        if unsafe { (*(ptr as *const AtomicU64)).load(Ordering::Acquire) } != CLIENT_MAGIC {
-            return Err(bad("not an EngramFS client region"));
+        let magic = unsafe { (*(ptr as *const AtomicU64)).load(Ordering::Acquire) };
+        if magic != CLIENT_MAGIC {
+            // Same family, another version: a daemon of another build.
+            return Err(bad(
+                if magic.to_le_bytes()[..7] == CLIENT_MAGIC.to_le_bytes()[..7] {
+                    "the daemon is of another EngramFS version: stop it (or let it exit when \
+                 idle) and start this version's"
+                } else {
+                    "not an EngramFS client region"
+                },
+            ));
         }
         Ok(r)
     }
