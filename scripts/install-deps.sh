@@ -5,9 +5,9 @@
 set -euo pipefail
 
 # fuse3: FUSE mounts (fusermount3); sqlite3, git, fio, rocksdb-tools (db_bench), python3,
-# make, patch: programs the FUSE and shim tests run (under CI a missing one fails its test);
-# gcc: the shim's C part (dprintf) and the shim's C test programs.
-PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools python3 gcc make patch)
+# make, patch, nodejs: programs the FUSE and shim tests run (under CI a missing one fails
+# its test); gcc: the shim's C part (dprintf) and the shim's C test programs.
+PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools python3 gcc make patch nodejs)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

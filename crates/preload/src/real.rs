@@ -23,8 +23,21 @@ pub(crate) fn lookup(name: &'static [u8]) -> usize {
     }
     if p.is_null() {
         let msg = b"engram-preload: a libc function is missing; aborting\n";
-        // SAFETY: a raw write of a static message to stderr.
-        unsafe { libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len()) };
+        // SAFETY: the write system call itself (not `syscall`, which is the shim's and
+        // would look up libc's functions again) with a static message, to stderr.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") libc::SYS_write => _,
+                in("rdi") 2,
+                in("rsi") msg.as_ptr(),
+                in("rdx") msg.len(),
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
         std::process::abort();
     }
     p as usize

@@ -127,6 +127,48 @@ fn python_files_walks_copytree_and_descriptors() {
     p.fsck();
 }
 
+/// Node.js (libuv closes descriptors and stats with raw system calls): reads a pool file
+/// and then a real one, which the kernel gives the number libuv closed, copies and removes
+/// a tree in the pool.
+#[test]
+fn node_reads_copies_and_removes_in_the_pool() {
+    if !require("node", "nodejs") {
+        return;
+    }
+    let p = Pool::new("node", 64);
+    let real = p.scratch.join("real.txt");
+    std::fs::write(&real, "REAL\n").unwrap();
+    let script = format!(
+        r#"
+const fs = require("fs");
+const M = "/mnt/engram";
+fs.writeFileSync(M + "/p.txt", "pool\n");
+const out = [fs.readFileSync(M + "/p.txt", "utf8"), fs.readFileSync({real:?}, "utf8")];
+fs.writeFileSync({real:?}, "again\n");
+out.push(fs.readFileSync({real:?}, "utf8"), String(fs.statSync(M + "/p.txt").size));
+fs.mkdirSync(M + "/d/e", {{ recursive: true }});
+fs.writeFileSync(M + "/d/e/x", "abc");
+fs.cpSync(M + "/d", M + "/g", {{ recursive: true }});
+out.push(fs.readFileSync(M + "/g/e/x", "utf8"));
+fs.rmSync(M + "/g", {{ recursive: true }});
+out.push(String(fs.existsSync(M + "/g")));
+console.log(JSON.stringify(out));
+"#,
+        real = real.display().to_string()
+    );
+    let mut c = p.command("node");
+    c.args(["-e", &script]);
+    let out = output(c, Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        r#"["pool\n","REAL\n","again\n","5","abc","false"]"#,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.fsck();
+}
+
 const MOUNT_PREFIX: &str = "/mnt/engram";
 
 /// The size of pool file `path` (0 if it does not exist).

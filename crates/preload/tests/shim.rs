@@ -106,11 +106,12 @@ fn nftw_ftw_glob_and_scandirat_give_libcs_results_in_the_pool() {
     c_program_in_process("walks", "WALKS-OK", true);
 }
 
-/// syscall(SYS_renameat2, …) under the prefix (gnulib's renameat2 makes it) goes to the
-/// shim; other numbers go to the kernel.
+/// syscall(SYS_renameat2, …) under the prefix (gnulib's renameat2 makes it) and the
+/// descriptor calls libuv makes raw (close, statx, read, write…) go to the shim; other
+/// numbers go to the kernel.
 #[test]
-fn syscall_of_renameat2_goes_to_the_pool() {
-    c_program_in_process("syscall", "SYSCALL-OK", false);
+fn raw_syscalls_of_file_calls_go_to_the_pool() {
+    c_program_in_process("syscall", "SYSCALL-OK", true);
 }
 
 /// The lock file of a program's flock stays after it exits while its file lives (a process
