@@ -35,6 +35,15 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
     (!v.is_empty()).then_some(v)
 }
 
+/// The mount prefix, once the shim's constructor has read the configuration. Before that
+/// (a program's own malloc initialising itself, say, which calls `readlink` before the
+/// constructors run), no path is ours: reading the environment allocates, and the
+/// allocation would re-enter that malloc (jemalloc in rustc then waited on its own lock).
+#[inline(always)]
+fn mount_prefix() -> Option<&'static [u8]> {
+    CONFIG.get().map(|c| &c.mount[..])
+}
+
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         use std::os::unix::ffi::OsStringExt;
@@ -80,7 +89,7 @@ fn next_comp(p: &[u8], mut i: usize) -> Option<(usize, usize)> {
 /// (empty, or starting with '/').
 #[inline(always)]
 pub fn strip_mount(path: &[u8]) -> Option<&[u8]> {
-    let m = &config().mount[..];
+    let m = mount_prefix()?;
     // The usual spelling: the prefix's very bytes (absolute, never "/", no trailing slash:
     // see `config`), ending at a component boundary.
     if path.len() >= m.len() && same(&path[..m.len()], m) {
@@ -259,7 +268,7 @@ pub fn refresh_real_cwd() {
         w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
     }
     RCWD_LEN.store(len, Ordering::Relaxed);
-    let near = strip_prefix(&buf[..len], &config().mount).is_some();
+    let near = mount_prefix().is_some_and(|m| strip_prefix(&buf[..len], m).is_some());
     RCWD_NEAR.store(near, Ordering::Relaxed);
     RCWD_SEQ.store(s + 2, Ordering::Release);
 }
@@ -439,7 +448,9 @@ fn could_reach_mount(c: &[u8]) -> bool {
     if c == b".." {
         return true;
     }
-    let m = &config().mount;
+    let Some(m) = mount_prefix() else {
+        return false;
+    };
     let mut i = 0;
     while let Some((s, e)) = next_comp(m, i) {
         if &m[s..e] == c {

@@ -114,6 +114,13 @@ fn raw_syscalls_of_file_calls_go_to_the_pool() {
     c_program_in_process("syscall", "SYSCALL-OK", true);
 }
 
+/// A program whose own malloc calls readlink while it sets itself up (jemalloc in rustc)
+/// is not made to allocate again from inside it, before the shim's constructor.
+#[test]
+fn a_malloc_that_calls_readlink_while_starting_is_not_reentered() {
+    c_program_in_process("earlymalloc", "EARLYMALLOC-OK", false);
+}
+
 /// The lock file of a program's flock stays after it exits while its file lives (a process
 /// that outlived the program may still hold it), and goes when the pool is next opened
 /// once the file is deleted.
