@@ -65,9 +65,13 @@ extern "C" fn init() {
     });
 }
 
-/// Runs at exit: a pool opened in this process is unmounted cleanly.
+/// Runs at exit: shared writable mappings are written back, and a pool opened in this
+/// process is unmounted cleanly.
 extern "C" fn fini() {
-    let _ = std::panic::catch_unwind(session::shutdown);
+    let _ = std::panic::catch_unwind(|| {
+        mmap::write_back_all();
+        session::shutdown();
+    });
 }
 
 #[used]

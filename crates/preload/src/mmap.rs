@@ -297,6 +297,19 @@ fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
     Ok(())
 }
 
+/// Write every shared writable mapping back whole: at exit and before exec, which end the
+/// mappings without munmap (on Linux their pages are the file's; here they would stay in
+/// the /dev/shm backing file and never reach EngramFS).
+pub fn write_back_all() {
+    if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+        return;
+    }
+    let _op = op();
+    for m in maps().iter() {
+        let _ = guard(-1, || write_back(m, m.addr, m.addr + m.len).map(|_| 0));
+    }
+}
+
 fn forget(m: Mapping) {
     // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
     unsafe {

@@ -47,6 +47,13 @@ fn passing_lock_fds<T>(exec: impl FnOnce() -> T) -> T {
     r
 }
 
+/// `passing_lock_fds` for an exec of this process, which ends its mappings without munmap:
+/// shared writable ones are written back first.
+fn replacing_image<T>(exec: impl FnOnce() -> T) -> T {
+    crate::mmap::write_back_all();
+    passing_lock_fds(exec)
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> pid_t {
     crate::guarded!(-1, {
@@ -159,7 +166,7 @@ pub unsafe extern "C" fn execve(
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execve (or fexecve of the pool program's copy) with the caller's
         // path and arguments.
-        passing_lock_fds(|| unsafe {
+        replacing_image(|| unsafe {
             match &program {
                 Some(p) => real::fexecve(p.fd(), argv, env.as_ptr()),
                 None => real::execve(path, argv, env.as_ptr()),
@@ -254,7 +261,7 @@ pub unsafe extern "C" fn execvpe(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execvpe with the caller's file and arguments.
-        passing_lock_fds(|| unsafe { real::execvpe(file, argv, env.as_ptr()) })
+        replacing_image(|| unsafe { real::execvpe(file, argv, env.as_ptr()) })
     })
 }
 
@@ -396,7 +403,7 @@ pub unsafe extern "C" fn fexecve(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real fexecve.
-        passing_lock_fds(|| unsafe {
+        replacing_image(|| unsafe {
             real::fexecve(program.as_ref().map_or(fd, Program::fd), argv, env.as_ptr())
         })
     })

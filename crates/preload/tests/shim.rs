@@ -56,15 +56,7 @@ fn c_program_in_process(name: &str, ok: &str, real_dir: bool) {
         return;
     }
     let (dir, pool) = fresh_pool(name);
-    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let exe = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("run gcc");
-    assert!(st.success(), "gcc failed on {src}");
+    let exe = compile_c(name, &dir);
     let real = if real_dir {
         let d = dir.join("real");
         std::fs::create_dir(&d).unwrap();
@@ -80,6 +72,45 @@ fn c_program_in_process(name: &str, ok: &str, real_dir: bool) {
         out.status.success() && stdout.contains(ok),
         "{:?}\n{stdout}\n{stderr}",
         out.status
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Compile tests/c/NAME.c into `dir`.
+fn compile_c(name: &str, dir: &std::path::Path) -> PathBuf {
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("run gcc");
+    assert!(st.success(), "gcc failed on {src}");
+    exe
+}
+
+/// Stores through a shared writable mapping reach the file when the process exits or
+/// execs without munmap (tests/c/mapexit.c: each run a process of its own).
+#[test]
+fn mapped_stores_reach_the_file_at_exit_and_exec_without_munmap() {
+    if !common::require("gcc", "gcc") {
+        return;
+    }
+    let (dir, pool) = fresh_pool("mapexit");
+    let exe = compile_c("mapexit", &dir);
+    let exe = exe.display();
+    let out = in_process(
+        &pool,
+        &format!("{exe} {MOUNT} && {exe} {MOUNT} exec && {exe} {MOUNT} check"),
+    );
+    common::remove_lock_files(&pool);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("MAPEXIT-OK"),
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
