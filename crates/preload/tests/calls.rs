@@ -10,28 +10,7 @@
 mod common;
 
 use common::{Pool, output, require};
-use std::process::Command;
 use std::time::Duration;
-
-/// Compile tests/c/NAME.c into the pool's scratch directory.
-fn compile(p: &Pool, name: &str) -> std::path::PathBuf {
-    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let exe = p.scratch.join(name);
-    let st = Command::new("gcc")
-        .args([
-            "-O1",
-            "-Wall",
-            "-Wno-deprecated-declarations",
-            "-D_FORTIFY_SOURCE=2",
-        ])
-        .args(["-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("run gcc");
-    assert!(st.success(), "gcc failed on {src}");
-    exe
-}
 
 #[test]
 fn c_program_exercises_the_less_common_calls() {
@@ -39,7 +18,7 @@ fn c_program_exercises_the_less_common_calls() {
         return;
     }
     let p = Pool::new("calls", 64);
-    let exe = compile(&p, "calls");
+    let exe = common::compile_c("calls", &p.scratch);
     let real = p.scratch.join("real");
     std::fs::create_dir_all(&real).unwrap();
     let mut c = p.command(exe.to_str().unwrap());
@@ -74,7 +53,7 @@ fn programs_stored_in_the_pool_run() {
         return;
     }
     let p = Pool::new("exec", 64);
-    let exe = compile(&p, "exec");
+    let exe = common::compile_c("exec", &p.scratch);
     let mut c = p.command(exe.to_str().unwrap());
     c.arg("/mnt/engram");
     let out = output(c, Duration::from_secs(120));

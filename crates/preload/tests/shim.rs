@@ -56,7 +56,7 @@ fn c_program_in_process(name: &str, ok: &str, real_dir: bool) {
         return;
     }
     let (dir, pool) = fresh_pool(name);
-    let exe = compile_c(name, &dir);
+    let exe = common::compile_c(name, &dir);
     let real = if real_dir {
         let d = dir.join("real");
         std::fs::create_dir(&d).unwrap();
@@ -76,20 +76,6 @@ fn c_program_in_process(name: &str, ok: &str, real_dir: bool) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Compile tests/c/NAME.c into `dir`.
-fn compile_c(name: &str, dir: &std::path::Path) -> PathBuf {
-    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let exe = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("run gcc");
-    assert!(st.success(), "gcc failed on {src}");
-    exe
-}
-
 /// Stores through a shared writable mapping reach the file when the process exits or
 /// execs without munmap (tests/c/mapexit.c: each run a process of its own).
 #[test]
@@ -98,7 +84,7 @@ fn mapped_stores_reach_the_file_at_exit_and_exec_without_munmap() {
         return;
     }
     let (dir, pool) = fresh_pool("mapexit");
-    let exe = compile_c("mapexit", &dir);
+    let exe = common::compile_c("mapexit", &dir);
     let exe = exe.display();
     let out = in_process(
         &pool,

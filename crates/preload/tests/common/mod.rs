@@ -223,3 +223,23 @@ pub fn make_tree(root: &Path) {
     }
     std::os::unix::fs::symlink("a/hello.txt", root.join("link")).unwrap();
 }
+
+/// Compile tests/c/NAME.c into `dir` (gcc, with the flags the C tests share).
+pub fn compile_c(name: &str, dir: &Path) -> PathBuf {
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join(name);
+    let st = Command::new("gcc")
+        .args([
+            "-O1",
+            "-Wall",
+            "-Wno-deprecated-declarations",
+            "-D_FORTIFY_SOURCE=2",
+        ])
+        .args(["-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("run gcc");
+    assert!(st.success(), "gcc failed on {src}");
+    exe
+}
