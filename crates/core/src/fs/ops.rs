@@ -398,8 +398,16 @@ impl Fs {
     }
 
     pub fn readlink_at(&self, dir: Option<&File>, path: &[u8]) -> Result<Vec<u8>> {
-        let (h, _) = self.resolve(base(dir), path, false)?;
-        self.read_link_target(h)
+        // The symlink found can be unlinked (and its inode reused) before its target is
+        // read (ESTALE): look the name up again, as Linux reads it atomically.
+        for _ in 0..8 {
+            let (h, _) = self.resolve(base(dir), path, false)?;
+            match self.read_link_target(h) {
+                Err(e) if e.errno() == libc::ESTALE => continue,
+                other => return other,
+            }
+        }
+        Err(Error::ENOENT)
     }
 
     /// stat(2): follows a final symlink.

@@ -106,12 +106,28 @@ impl Fs {
         Ok(core.pool.slice(d.root, d.size).to_vec())
     }
 
+    /// The target of symlink `h`; ESTALE if the inode was freed, or freed and reused, since
+    /// the handle was found (another thread or process unlinked the name), never another
+    /// inode's target or EINVAL for what is no longer this symlink. A target never changes
+    /// while its inode lives: it is read under a pin (its page is not reused meanwhile)
+    /// and checked against the inode's counter.
     pub(crate) fn read_link_target(&self, h: Handle) -> Result<Vec<u8>> {
-        let d = self.read_inode(h.ino);
-        if !d.is_symlink() {
-            return Err(Error::EINVAL);
+        let _pin = self.core.shared.epochs.pin();
+        let seq = self.core.shared.seqs.counter(h.ino);
+        loop {
+            let s = seq.begin();
+            let d = crate::inode::read(&self.core.pool, &self.core.geo, h.ino);
+            let r = if d.is_free() || d.generation != h.generation {
+                Err(Error::ESTALE)
+            } else if !d.is_symlink() {
+                Err(Error::EINVAL)
+            } else {
+                self.readlink_data(h.ino, &d)
+            };
+            if seq.ok(s) {
+                return r;
+            }
         }
-        self.readlink_data(h.ino, &d)
     }
 
     /// This pool for a front end that maps it into a process's namespace (the LD_PRELOAD
