@@ -454,12 +454,18 @@ impl Fs {
 
     /// Read an inode consistently (retrying while the server changes it).
     pub(crate) fn read_inode(&self, ino: u64) -> InodeData {
+        self.read_inode_at(ino).0
+    }
+
+    /// `read_inode` and the inode's counter value it was read at (to check later that
+    /// nothing changed it since).
+    pub(crate) fn read_inode_at(&self, ino: u64) -> (InodeData, u64) {
         let seq = self.core.shared.seqs.counter(ino);
         loop {
             let s = seq.begin();
             let d = inode::read(&self.core.pool, &self.core.geo, ino);
             if seq.ok(s) {
-                return d;
+                return (d, s);
             }
         }
     }

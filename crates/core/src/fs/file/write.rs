@@ -128,7 +128,8 @@ impl File {
         let lock = self.range_lock();
         // Lock from the page of min(offset, size): the gap between the old end of file and
         // the write is ours to zero. Appends lock to infinity so that they take turns.
-        let (_guard, d, off) = loop {
+        let seq = core.shared.seqs.counter(self.handle.ino);
+        let (_guard, d, at, off) = loop {
             // Only a hint (read without the inode's sequence counter): checked below.
             let size = core
                 .pool
@@ -139,12 +140,12 @@ impl File {
                 None => u64::MAX,
             };
             let guard = lock.lock(start, end);
-            let d = self.data();
+            let (d, at) = fs.read_inode_at(self.handle.ino);
             if d.size < start * PAGE {
                 continue;
             }
             let off = off.unwrap_or(d.size);
-            break (guard, d, off);
+            break (guard, d, at, off);
         };
         let end = off
             .checked_add(data.len() as u64)
@@ -168,6 +169,14 @@ impl File {
         } else {
             let tree = (d.root, d.height);
             index::lookup_range(&core.pool, &core.geo, tree, first, last, &mut s.old)?;
+        }
+        // The walk reads index nodes that another writer of the file (a thread writing
+        // another range, another process) may replace, retire and see reused meanwhile:
+        // what it found holds only if no commit changed the file since `d` was read (the
+        // walk's lookups keep to the pool, whatever they read). Otherwise the write starts
+        // again (EAGAIN is retried by `write_chunk`).
+        if !seq.ok(at) {
+            return Err(Error::from_errno(libc::EAGAIN));
         }
         let fresh = (first..last)
             .zip(&s.old)
