@@ -129,8 +129,23 @@ fn engram_run_creates_the_pool_starts_the_real_daemon_and_passes_the_status_on()
         .output()
         .unwrap();
     assert!(!out.status.success());
+    // A command that cannot run: the shell's statuses (127 not found, 126 not runnable).
+    let out = engram_run(&["--pool", pool.s(), "--", "no-such-command-engram"]);
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    let out = engram_run(&["--pool", pool.s(), "--", "/etc/passwd"]);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
     // The daemon exits by itself once idle, and leaves the pool clean with the data in it.
     wait_daemon_gone(&socket);
+    // A pool another process holds: the daemon cannot start, and says why.
+    let held = Fs::open(pool.path(), &Default::default()).unwrap();
+    let out = engram_run(&["--pool", pool.s(), "--", "true"]);
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("in use by another process"),
+        "{}",
+        text(&out.stderr)
+    );
+    drop(held);
+    let _ = std::fs::remove_file(format!("{}.sock.log", pool.s()));
     let fs = Fs::open(pool.path(), &Default::default()).unwrap();
     assert!(fs.mount_info().was_clean);
     assert_eq!(fs.read_file("/d/f").unwrap(), b"hello\n");

@@ -181,7 +181,13 @@ fn a_daemon_refuses_clients_once_its_pool_file_is_replaced() {
     let new_has_old = Fs::open(&d.pool, &Options::default()).map(|new| new.stat("/old").is_ok());
     let _ = std::fs::remove_file(&moved);
     let e = refused.err().expect("a client of the new file was refused");
-    assert!(e.to_string().contains("refused"), "{e}");
+    // The client is told why (a daemon `engram run` started has no log to read).
+    assert!(
+        e.to_string().contains("refused")
+            && e.to_string()
+                .contains("is no longer the pool file this daemon serves"),
+        "{e}"
+    );
     assert_eq!(after.unwrap().unwrap(), b"still served");
     assert!(!new_has_old.unwrap(), "the new pool got nothing");
 }

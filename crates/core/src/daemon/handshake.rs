@@ -9,6 +9,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ENGRHELO");
+/// Heads a refusal: the reason follows as text, and the daemon closes the connection.
+const REFUSED: u64 = u64::from_le_bytes(*b"ENGRNOPE");
+/// The longest reason a client reads.
+const MAX_REASON: u64 = 1024;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -80,6 +84,22 @@ pub fn send_hello(stream: &UnixStream, hello: &Hello, fds: [RawFd; FDS]) -> io::
 }
 
 /// Receive the greeting and the shared-memory descriptors.
+/// Tell a client why it is refused (it may be gone already: nothing is reported).
+pub fn send_refusal(stream: &UnixStream, why: &str) {
+    let mut msg = REFUSED.to_le_bytes().to_vec();
+    msg.extend_from_slice(&why.as_bytes()[..why.len().min(MAX_REASON as usize)]);
+    // SAFETY: sending from a live buffer on our socket; MSG_NOSIGNAL: no SIGPIPE if the
+    // client has gone.
+    unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            msg.as_ptr() as *const libc::c_void,
+            msg.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
+}
+
 pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, [OwnedFd; FDS])> {
     let mut head = [0u8; 32];
     let mut iov = libc::iovec {
@@ -96,12 +116,23 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, [OwnedFd; FDS])> {
             libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC,
         )
     };
+    if n >= 8 && head[..8] == REFUSED.to_le_bytes() {
+        let mut why = head[8..n as usize].to_vec();
+        let _ = (&mut &*stream).take(MAX_REASON).read_to_end(&mut why);
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the daemon refused the connection: {}",
+                String::from_utf8_lossy(&why)
+            ),
+        ));
+    }
     if n != 32 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            "the daemon refused the connection (its log says why: the pool file's permissions, too \
-             many clients, or the pool file deleted or replaced at its path since the daemon \
-             started)",
+            "the daemon refused the connection (a daemon of an older version, which says why \
+             only in its log: the pool file's permissions, too many clients, or the pool file \
+             deleted or replaced at its path since the daemon started)",
         ));
     }
     // SAFETY: reading the control message the kernel wrote, if any, after checking that it

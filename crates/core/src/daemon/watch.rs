@@ -143,12 +143,16 @@ fn accept(
     log: &(dyn Fn(&str) + Sync),
 ) {
     let _ = stream.set_nonblocking(false);
+    // Logged, and told to the client, which may have no way to read the log (a daemon
+    // `engram run` started has none).
+    let refuse = |why: String| {
+        handshake::send_refusal(&stream, &why);
+        log(&format!("refused {why}"));
+    };
     let (creds, pid) = match handshake::peer_creds(&stream) {
         Ok(c) => c,
         Err(e) => {
-            return log(&format!(
-                "refused a client: cannot read its credentials: {e}"
-            ));
+            return refuse(format!("a client: cannot read its credentials: {e}"));
         }
     };
     // Permissions are read at each connection: chmod of the pool file takes effect at once.
@@ -157,23 +161,24 @@ fn accept(
         .as_ref()
         .is_ok_and(|m| (m.dev(), m.ino()) == sh.pool_file)
     {
-        return log(&format!(
-            "refused pid {pid}: {} is no longer the pool file this daemon serves (deleted or \
+        return refuse(format!(
+            "pid {pid}: {} is no longer the pool file this daemon serves (deleted or \
              replaced); start a daemon for the new file once this one has stopped",
             sh.given_path.display()
         ));
     }
     let allowed = file.map(|m| may_use(&creds, &m)).unwrap_or(false);
     if !allowed {
-        return log(&format!(
-            "refused pid {pid}: uid {} may not use the pool file",
-            creds.uid
+        return refuse(format!(
+            "pid {pid}: uid {} may not read and write the pool file {}",
+            creds.uid,
+            sh.given_path.display()
         ));
     }
     let mut c = lock(&sh.conns);
     let Some(index) = c.free.pop() else {
-        return log(&format!(
-            "refused pid {pid}: too many clients ({})",
+        return refuse(format!(
+            "pid {pid}: too many clients ({})",
             shm::MAX_CLIENTS
         ));
     };

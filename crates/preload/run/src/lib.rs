@@ -76,8 +76,24 @@ fn wait_for(socket: &Path, limit: Duration, mut alive: impl FnMut() -> bool) -> 
     None
 }
 
-/// Start `engram serve POOL --socket S --idle-exit 5` in its own session.
+/// Where a daemon `engram run` starts writes its log: beside its socket (`POOL.sock.log`),
+/// made anew at each start.
+pub fn log_for(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_owned();
+    s.push(".log");
+    PathBuf::from(s)
+}
+
+/// Start `engram serve POOL --socket S --idle-exit 5` in its own session, its output in
+/// `log_for(S)` (a refused client is told why; this is for the rest, and for a daemon
+/// that cannot start).
 fn spawn_serve(bin: &Path, pool: &Path, socket: &Path) -> Option<Fs> {
+    let log = std::fs::File::create(log_for(socket)).ok();
+    let out = || {
+        log.as_ref()
+            .and_then(|f| f.try_clone().ok())
+            .map_or_else(Stdio::null, Stdio::from)
+    };
     let mut cmd = Command::new(bin);
     cmd.arg("serve")
         .arg(pool)
@@ -87,8 +103,8 @@ fn spawn_serve(bin: &Path, pool: &Path, socket: &Path) -> Option<Fs> {
         .arg(IDLE_EXIT.as_secs().to_string())
         .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(out())
+        .stderr(out());
     // SAFETY: setsid in the child before exec is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -161,12 +177,21 @@ pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
         .and_then(|bin| spawn_serve(&bin, pool, &socket))
         .or_else(|| fork_serve(pool, &socket))
         .ok_or_else(|| {
-            // The first connection's error says whether a daemon listens but refused.
-            format!(
-                "cannot start a daemon for {} (socket {}; connecting first: {first})",
-                pool.display(),
-                socket.display()
-            )
+            // What the daemon said before it stopped (the pool in use by another process,
+            // say), else the first connection's error (a daemon that listens but refused).
+            let said = std::fs::read_to_string(log_for(&socket)).unwrap_or_default();
+            match said.lines().rev().find(|l| !l.trim().is_empty()) {
+                Some(last) => format!(
+                    "cannot start a daemon (its log: {}): {}",
+                    log_for(&socket).display(),
+                    last.trim_start_matches("engram: ")
+                ),
+                None => format!(
+                    "cannot start a daemon for {} (socket {}; connecting first: {first})",
+                    pool.display(),
+                    socket.display()
+                ),
+            }
         })?;
     Ok((fs, socket))
 }
@@ -201,9 +226,20 @@ pub fn run(pool: Option<PathBuf>, mount: Option<PathBuf>, cmd: &[OsString]) -> R
         .env("ENGRAM_MOUNT", &mount)
         .env("ENGRAM_POOL", &pool)
         .env_remove("ENGRAM_CWD")
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", Path::new(prog).display()))?;
+        .status();
     drop(keep);
+    let status = match status {
+        Ok(s) => s,
+        // As a shell reports them: 127 not found, 126 found but not runnable.
+        Err(e) => {
+            eprintln!("engram: cannot run {}: {e}", Path::new(prog).display());
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
     Ok(status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
