@@ -38,7 +38,9 @@ pub fn pwrite_of(of: &OpenFile, data: &[u8], off: u64) -> Res<usize> {
     if !of.writable() {
         return Err(libc::EBADF);
     }
-    of.with_file(|f| f.write_at(data, off).map_err(en))
+    let n = of.with_file(|f| f.write_at(data, off).map_err(en))?;
+    crate::mmap::written(of, &data[..n], off);
+    Ok(n)
 }
 
 pub fn write_of(of: &OpenFile, data: &[u8]) -> Res<usize> {

@@ -1,8 +1,10 @@
-//! mmap of EngramFS files. A private mapping, or a shared one that cannot be written, is a
-//! copy of the file taken at mmap time. A shared writable mapping is backed by a file in
-//! /dev/shm named after the inode, which every process mapping that inode shares (so that,
-//! for instance, SQLite's WAL index works between processes); msync and munmap write its
-//! changed pages back to EngramFS, where they become durable.
+//! mmap of EngramFS files. A private mapping is a copy of the file taken at mmap time. A
+//! shared mapping is backed by a file in /dev/shm named after the inode, which every
+//! process mapping that inode shares (so that, for instance, SQLite's WAL index works
+//! between processes); msync, munmap, exit and exec write a writable one's changed pages
+//! back to EngramFS, where they become durable. Writes of this process to a file it maps
+//! go to the backing file too, so that its mappings see them (SQLite reads its database
+//! through a read-only mapping and writes it with pwrite).
 
 use crate::io::{pread_of, pwrite_of};
 use crate::session::{self, op};
@@ -24,10 +26,12 @@ struct Mapping {
     off: u64,
     backing: c_int,
     name: CString,
+    /// Mapped with PROT_WRITE: only then can it hold changes to write back.
+    writable: bool,
 }
 
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
-/// How many shared writable mappings exist: munmap/msync look no further when zero.
+/// How many shared mappings exist: munmap/msync/writes look no further when zero.
 static NMAPS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
@@ -162,12 +166,13 @@ fn shared(
     flags: c_int,
     off: u64,
 ) -> Res<*mut c_void> {
-    if !of.readable() || !of.writable() {
+    let writable = prot & libc::PROT_WRITE != 0;
+    if !of.readable() || (writable && !of.writable()) {
         return Err(libc::EACCES);
     }
     let h = of.handle();
     let name = CString::new(engram_core::sidefiles::map_file(
-        session::pool_id(),
+        session::pool_id()?,
         h.ino,
         h.generation,
     ))
@@ -228,6 +233,7 @@ fn shared(
                 off,
                 backing: fd,
                 name,
+                writable,
             });
             NMAPS.fetch_add(1, Ordering::AcqRel);
             Ok(p)
@@ -258,7 +264,7 @@ macro_rules! mmaps {
                     return Err(libc::ENODEV);
                 }
                 let is_shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
-                if is_shared && prot & libc::PROT_WRITE != 0 {
+                if is_shared {
                     shared(&of, addr, len, prot, flags, off as u64)
                 } else {
                     snapshot(&of, addr, len, prot, flags, off as u64)
@@ -272,6 +278,9 @@ mmaps!(mmap, mmap64);
 
 /// Write the changed pages of `m` within `from..to` (addresses) back to the file.
 fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
+    if !m.writable {
+        return Ok(());
+    }
     let from = from.max(m.addr);
     let to = to.min(m.addr + m.len);
     if from >= to {
@@ -308,6 +317,29 @@ pub fn write_back_all() {
     for m in maps().iter() {
         let _ = guard(-1, || write_back(m, m.addr, m.addr + m.len).map(|_| 0));
     }
+}
+
+/// This process wrote `data` at `off` of `of`'s file: if it maps that file, the backing
+/// file (which its mappings, and other processes', show) gets the bytes too, as far as
+/// it reaches.
+pub fn written(of: &OpenFile, data: &[u8], off: u64) {
+    if NMAPS.load(Ordering::Acquire) == 0 || reentered() || data.is_empty() {
+        return;
+    }
+    let h = of.handle();
+    let all = maps();
+    let Some(m) = all.iter().find(|m| m.of.handle() == h) else {
+        return;
+    };
+    let Ok(size) = backing_size(m.backing) else {
+        return;
+    };
+    if off >= size {
+        return;
+    }
+    let n = data.len().min((size - off) as usize);
+    // SAFETY: writing the caller's bytes into our backing descriptor.
+    unsafe { real::pwrite64(m.backing, data.as_ptr() as *const c_void, n, off as off_t) };
 }
 
 fn forget(m: Mapping) {

@@ -183,7 +183,7 @@ impl OpenFile {
         }
         // Under the operation guard: fork waits, so no child starts with OPENING held.
         let _op = session::op();
-        self.open_lock_fd(session::pool_id())
+        self.open_lock_fd(session::pool_id()?)
     }
 
     /// The lock file's descriptor, if this process has opened it.

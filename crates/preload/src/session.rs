@@ -150,8 +150,12 @@ fn connect_slow() -> Res<&'static Conn> {
 }
 
 /// A stable number naming the pool (for the lock and mapping files shared by processes).
-pub fn pool_id() -> u64 {
-    state().pool_id
+/// The number naming the pool's side files (`sidefiles::pool_id`), connecting first: an
+/// image that inherited a description may lock or map it before any other call, and
+/// unconnected the number is 0, which names other files than every other process's.
+pub fn pool_id() -> Res<u64> {
+    fs()?;
+    Ok(state().pool_id)
 }
 
 /// The pool's id if this process is connected, without waiting for the state (before fork

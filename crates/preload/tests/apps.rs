@@ -205,6 +205,43 @@ fn sqlite(p: &Pool, db: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// SQLite reading its database through a memory mapping (`mmap_size`) and writing it with
+/// pwrite, in WAL mode: each checkpoint writes pages the mapping must then show (a mapping
+/// that kept the bytes of mmap time made it report "database disk image is malformed"),
+/// and a second process's writes reach the first's mapping of the same file.
+#[test]
+fn sqlite_reads_through_its_mapping_what_it_wrote() {
+    if !require("sqlite3", "sqlite3") {
+        return;
+    }
+    let p = Pool::new("sqlite-mmap", 128);
+    let db = "/mnt/engram/m.db";
+    let mut sql = String::from(
+        "PRAGMA journal_mode=WAL; PRAGMA mmap_size=268435456; \
+         CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT); CREATE INDEX tb ON t(b);",
+    );
+    for i in 1..=200 {
+        sql += "BEGIN; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<5) \
+                INSERT INTO t(b) SELECT hex(randomblob(40)) FROM c; COMMIT;";
+        if i % 20 == 0 {
+            sql += "PRAGMA wal_checkpoint(TRUNCATE);";
+        }
+    }
+    sql += "SELECT count(*) FROM t; PRAGMA integrity_check;";
+    assert_eq!(
+        sqlite(&p, db, &sql),
+        "wal\n268435456\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n0|0|0\n1000\nok"
+    );
+    let out = sqlite(
+        &p,
+        db,
+        "PRAGMA mmap_size=268435456; INSERT INTO t(b) VALUES ('other'); \
+         PRAGMA wal_checkpoint(TRUNCATE); SELECT count(*) FROM t; PRAGMA integrity_check;",
+    );
+    assert_eq!(out, "268435456\n0|0|0\n1001\nok");
+    p.fsck();
+}
+
 #[test]
 fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
     if !require("sqlite3", "sqlite3") {

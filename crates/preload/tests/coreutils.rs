@@ -168,7 +168,9 @@ fn make_gcc_and_patch_work_in_the_pool() {
 
 /// A flock is the open file description's, wherever the description went: the shell idiom
 /// `exec 9>f; flock -x 9` holds the lock after flock(1) has exited (the shell keeps the
-/// description), until the shell closes it; a lock taken by a forked child on a shared
+/// description), until the shell closes it; a program exec'd straight onto an inherited
+/// descriptor (its first call a flock, before it has connected) locks the same file as
+/// everyone else; a lock taken by a forked child on a shared
 /// description stays after the child exits; and a POSIX lock survives the exec of its
 /// process. Another open of the file contends with each (`flock -n` / `F_SETLK` refused).
 #[test]
@@ -190,6 +192,14 @@ fn locks_travel_with_their_description_through_fork_and_exec() {
         flock -n -x $M/sh true && echo free || echo held
         flock -u 8
         flock -n -x $M/sh true && echo free || echo held
+        ( exec 7>$M/direct; exec python3 -c 'import fcntl, time
+fcntl.flock(7, fcntl.LOCK_EX)
+open("ready", "w").close()
+time.sleep(60)' >/dev/null 2>&1 ) &
+        holder=$!
+        until [ -e ready ]; do sleep 0.05; done
+        flock -n $M/direct true && echo free || echo held
+        kill $holder; wait $holder || true
         python3 - <<'PY'
 import fcntl, os, subprocess, sys
 M = '/mnt/engram'
@@ -236,7 +246,7 @@ PY
         "#);
     assert_eq!(
         out.split_whitespace().collect::<Vec<_>>().join(" "),
-        "held free shared held free forked held parent converts forked free posix after exec held",
+        "held free shared held free held forked held parent converts forked free posix after exec held",
         "{out}"
     );
     p.fsck();
