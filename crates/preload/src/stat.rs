@@ -356,6 +356,8 @@ fn fill_statvfs(s: &engram_core::StatFs, st: &mut libc::statvfs) {
     st.f_favail = s.files_free;
     st.f_fsid = FS_MAGIC as u64;
     st.f_namemax = s.name_max;
+    // Reads never update atime (architecture.md: as `noatime`): say so, as a mount does.
+    st.f_flag = libc::ST_NOATIME | libc::ST_NODIRATIME;
 }
 
 /// statfs of a routed path: the pool's numbers (the path must exist), or the real call.

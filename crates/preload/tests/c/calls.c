@@ -447,6 +447,8 @@ static void filesystem_info(void) {
     CHECK(statvfs(M "/d", &v1) == 0 && fstatvfs(fd, &v2) == 0);
     CHECK(v1.f_blocks == v2.f_blocks && v1.f_blocks > 0 && v1.f_frsize > 0);
     CHECK((uint64_t)v1.f_blocks * v1.f_frsize == (uint64_t)s1.f_blocks * s1.f_bsize);
+    /* Reads never update atime: the pool says it is mounted noatime. */
+    CHECK((v1.f_flag & ST_NOATIME) && (v2.f_flag & ST_NOATIME));
     /* A real file system answers for itself. */
     struct statfs r;
     CHECK(statfs("/", &r) == 0 && (r.f_blocks != s1.f_blocks || r.f_type != s1.f_type));
