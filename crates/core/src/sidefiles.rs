@@ -38,6 +38,15 @@ pub fn lock_file(pool: u64, ino: u64, generation: u32) -> String {
     format!("{DIR}/{}{ino}-{generation}", prefix(LOCK, pool))
 }
 
+/// Whether `path` (as /proc/self/fd shows it) names a lock file of some pool.
+pub fn is_lock_file(path: &[u8]) -> bool {
+    path.strip_prefix(DIR.as_bytes())
+        .and_then(|r| r.strip_prefix(b"/"))
+        .is_some_and(|name| {
+            name.starts_with(LOCK.as_bytes()) && name.get(LOCK.len()) == Some(&b'-')
+        })
+}
+
 /// The backing file of a shared writable mapping of inode `ino` of pool `pool`.
 pub fn map_file(pool: u64, ino: u64, generation: u32) -> String {
     format!("{DIR}/{}{ino}-{generation}", prefix(MAP, pool))

@@ -69,7 +69,7 @@ extern "C" fn init() {
 /// process is unmounted cleanly.
 extern "C" fn fini() {
     let _ = std::panic::catch_unwind(|| {
-        mmap::write_back_all();
+        mmap::at_exit();
         session::shutdown();
     });
 }

@@ -28,6 +28,9 @@ struct Mapping {
     name: CString,
     /// Mapped with PROT_WRITE: only then can it hold changes to write back.
     writable: bool,
+    /// The process generation (`session::generation`) that made it: a forked child leaves
+    /// its parent's mappings to the parent.
+    born: u64,
 }
 
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
@@ -234,6 +237,7 @@ fn shared(
                 backing: fd,
                 name,
                 writable,
+                born: session::generation(),
             });
             NMAPS.fetch_add(1, Ordering::AcqRel);
             Ok(p)
@@ -245,11 +249,37 @@ fn shared(
     }
 }
 
+/// Gives mappings up when dropped (after the call that replaced them).
+struct Forget(Vec<Mapping>);
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let _op = op();
+        for m in self.0.drain(..) {
+            forget(m);
+        }
+    }
+}
+
 macro_rules! mmaps {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
     crate::guarded!(libc::MAP_FAILED, {
+            // A fixed mapping replaces what was there: our mappings there are written back
+            // and given up, as munmap would.
+            let replaced = if flags & libc::MAP_FIXED != 0
+                && NMAPS.load(Ordering::Acquire) != 0
+                && !reentered()
+            {
+                detach(addr as usize, len)
+            } else {
+                Vec::new()
+            };
+            let _forget = Forget(replaced);
             if flags & libc::MAP_ANONYMOUS != 0 {
                 // SAFETY: forwarding unchanged.
                 return Ok(unsafe { real::$name(addr, len, prot, flags, fd, off) });
@@ -263,8 +293,13 @@ macro_rules! mmaps {
                 if of.is_dir() {
                     return Err(libc::ENODEV);
                 }
+                // A read-only shared mapping of a file opened for writing joins the backing
+                // file, so that the process's writes show in it (SQLite maps its database
+                // read-only and writes it with pwrite); of a file opened read-only (rustc's
+                // and ripgrep's maps) it stays a copy: a backing file joined later keeps
+                // what processes that do not map the file wrote since.
                 let is_shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
-                if is_shared {
+                if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
                     shared(&of, addr, len, prot, flags, off as u64)
                 } else {
                     snapshot(&of, addr, len, prot, flags, off as u64)
@@ -314,9 +349,106 @@ pub fn write_back_all() {
         return;
     }
     let _op = op();
-    for m in maps().iter() {
+    let now = session::generation();
+    for m in maps().iter().filter(|m| m.born == now) {
         let _ = guard(-1, || write_back(m, m.addr, m.addr + m.len).map(|_| 0));
     }
+}
+
+/// At exit: every mapping written back, and its backing file given up (removed if no
+/// other process maps the inode), as munmap would.
+pub fn at_exit() {
+    write_back_all();
+    if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+        return;
+    }
+    let now = session::generation();
+    let _op = op();
+    let mine: Vec<Mapping> = {
+        let mut all = maps();
+        let (mine, theirs) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|m| m.born == now);
+        *all = theirs;
+        mine
+    };
+    for m in mine {
+        forget(m);
+    }
+}
+
+/// Take the pages `a..end` out of the tracked mappings (munmap, or an mmap with MAP_FIXED
+/// over them): mappings inside the range are returned, to be given up once unmapped;
+/// mappings it covers in part keep the rest, a piece on each side, the second with a
+/// descriptor of its own to the backing file. (Kept whole, a mapping whose pages were
+/// unmapped or replaced was read in full when written back: a fault, or another mapping's
+/// memory written into the file.)
+fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
+    let mut gone = Vec::new();
+    for mut m in std::mem::take(all) {
+        let (ms, me) = (m.addr, m.addr + m.len);
+        if me <= a || end <= ms {
+            all.push(m);
+            continue;
+        }
+        if a <= ms && me <= end {
+            gone.push(m);
+            continue;
+        }
+        if ms < a && end < me {
+            // A piece after the hole: its own open description of the backing file, so
+            // that giving one piece up never removes the file the other still maps.
+            if let Some(fd) = reopen_backing(&m.name) {
+                all.push(Mapping {
+                    addr: end,
+                    len: me - end,
+                    of: m.of.clone(),
+                    off: m.off + (end - ms) as u64,
+                    backing: fd,
+                    name: m.name.clone(),
+                    writable: m.writable,
+                    born: m.born,
+                });
+                NMAPS.fetch_add(1, Ordering::AcqRel);
+            }
+            m.len = a - ms;
+        } else if ms < a {
+            m.len = a - ms;
+        } else {
+            m.off += (end - ms) as u64;
+            m.len = me - end;
+            m.addr = end;
+        }
+        all.push(m);
+    }
+    gone
+}
+
+/// Another descriptor of a backing file, holding its shared lock as the first does.
+fn reopen_backing(name: &CString) -> Option<c_int> {
+    // SAFETY: opening and locking the backing file with the real calls.
+    unsafe {
+        let fd = real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let fd = crate::util::move_high(fd);
+        real::flock(fd, libc::LOCK_SH);
+        Some(fd)
+    }
+}
+
+/// Before munmap of `a..end`, or an mmap with MAP_FIXED over it: write back what the
+/// range holds of our mappings and take it out of them; returns the mappings to give up
+/// once the range is unmapped.
+fn detach(a: usize, len: usize) -> Vec<Mapping> {
+    let end = a.saturating_add(len).next_multiple_of(PAGE);
+    let _op = op();
+    let mut all = maps();
+    for m in all.iter() {
+        let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+    }
+    cut(&mut all, a, end)
 }
 
 /// This process wrote `data` at `off` of `of`'s file: if it maps that file, the backing
@@ -383,20 +515,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::munmap(addr, len) });
         }
-        let a = addr as usize;
-        let end = a.saturating_add(len);
-        let gone: Vec<Mapping> = {
-            let _op = op();
-            let mut all = maps();
-            for m in all.iter() {
-                let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
-            }
-            let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut *all)
-                .into_iter()
-                .partition(|m| a <= m.addr && m.addr + m.len <= end);
-            *all = keep;
-            gone
-        };
+        let gone = detach(addr as usize, len);
         // SAFETY: forwarding unchanged.
         let r = unsafe { real::munmap(addr, len) };
         let _op = op();

@@ -35,13 +35,39 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// The mount prefix, once the shim's constructor has read the configuration. Before that
-/// (a program's own malloc initialising itself, say, which calls `readlink` before the
-/// constructors run), no path is ours: reading the environment allocates, and the
-/// allocation would re-enter that malloc (jemalloc in rustc then waited on its own lock).
+/// The mount prefix: the configuration's once the shim's constructor has read it. Before
+/// that (another library's constructor, or a program's own malloc initialising itself,
+/// which calls `readlink` before any constructor runs) it is read from the environment
+/// without allocating: an allocation there would re-enter that malloc (jemalloc in rustc
+/// then waited on its own lock for ever).
 #[inline(always)]
 fn mount_prefix() -> Option<&'static [u8]> {
-    CONFIG.get().map(|c| &c.mount[..])
+    match CONFIG.get() {
+        Some(c) => Some(&c.mount[..]),
+        None => early_mount_prefix(),
+    }
+}
+
+/// `config`'s reading of ENGRAM_MOUNT, allocation-free (getenv allocates nothing); None if
+/// it is not a usable prefix (the constructor then says so and uses the default).
+#[cold]
+fn early_mount_prefix() -> Option<&'static [u8]> {
+    // SAFETY: getenv with a NUL-terminated name; the value stays valid while the
+    // environment is not changed, and is used only during this call's caller.
+    let p = unsafe { libc::getenv(c"ENGRAM_MOUNT".as_ptr()) };
+    let mut m: &'static [u8] = if p.is_null() {
+        DEFAULT_MOUNT.as_ref()
+    } else {
+        // SAFETY: getenv returned a valid C string.
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes()
+    };
+    if m.is_empty() {
+        m = DEFAULT_MOUNT.as_ref();
+    }
+    while m.len() > 1 && m.ends_with(b"/") {
+        m = &m[..m.len() - 1];
+    }
+    (m.starts_with(b"/") && m != b"/").then_some(m)
 }
 
 pub fn config() -> &'static Config {

@@ -109,6 +109,10 @@ fn adopt(fd: c_int) -> Option<OpenFile> {
 /// At start-up: find the descriptions this image inherited.
 pub fn adopt_inherited() {
     let mut found: Vec<(u64, Arc<OpenFile>)> = Vec::new();
+    // Lock files' descriptors the image before passed on: those no description adopts
+    // belong to descriptions this image did not get (a posix_spawn file action closed
+    // them), and would hold their locks for as long as it and its children live.
+    let mut lock_files: Vec<c_int> = Vec::new();
     // SAFETY: listing /proc/self/fd with the real directory calls; every pointer comes from
     // libc and is used before closedir.
     unsafe {
@@ -139,6 +143,10 @@ pub fn adopt_inherited() {
                 buf.as_mut_ptr() as *mut libc::c_char,
                 buf.len(),
             );
+            if n > 0 && engram_core::sidefiles::is_lock_file(&buf[..n as usize]) {
+                lock_files.push(fd);
+                continue;
+            }
             if n <= 0 || !buf[..n as usize].starts_with(desc::MEMFD_PREFIX) {
                 continue;
             }
@@ -156,6 +164,11 @@ pub fn adopt_inherited() {
             }
         }
         real::closedir(d);
+        for fd in lock_files {
+            if !crate::ownfds::is_own(fd) {
+                real::close(fd);
+            }
+        }
     }
 }
 
@@ -474,8 +487,9 @@ pub fn open_lock_fds() {
 /// (those with a descriptor that is not close-on-exec) stay open across exec, recorded in
 /// the description's page, so that the new image takes its flocks, OFD locks and the
 /// process's POSIX locks on them through the same open file as this one. Returns the
-/// descriptors to make close-on-exec again if the exec fails (`keep_lock_fds`).
-pub fn pass_lock_fds() -> Vec<c_int> {
+/// descriptors to make close-on-exec again if the exec fails (`keep_lock_fds`), with their
+/// descriptions, which keep them open (and their numbers ours) until then.
+pub fn pass_lock_fds() -> Vec<(Arc<OpenFile>, c_int)> {
     let Some(pool) = session::pool_id_now() else {
         return Vec::new();
     };
@@ -492,13 +506,22 @@ pub fn pass_lock_fds() -> Vec<c_int> {
         let Some(lock_fd) = of.lock_fd_if_open() else {
             continue;
         };
-        if passed.contains(&lock_fd) || !of.is_published() || desc::is_cloexec(fd as c_int) {
+        if passed.iter().any(|&(_, l)| l == lock_fd)
+            || !of.is_published()
+            || desc::is_cloexec(fd as c_int)
+        {
             continue;
         }
         // SAFETY: clearing close-on-exec on our own descriptor with the real call.
         if unsafe { real::fcntl(lock_fd, libc::F_SETFD, 0) } == 0 {
             of.pass_lock_fd(lock_fd, pool);
-            passed.push(lock_fd);
+            // SAFETY: `p` came from Arc::into_raw and the slot's reference cannot be
+            // released while we hold the lock: one more reference for the list.
+            let of = unsafe {
+                Arc::increment_strong_count(p);
+                Arc::from_raw(p)
+            };
+            passed.push((of, lock_fd));
         }
     }
     passed
@@ -506,8 +529,8 @@ pub fn pass_lock_fds() -> Vec<c_int> {
 
 /// The exec failed (or posix_spawn returned in the parent): the lock file descriptors are
 /// close-on-exec again.
-pub fn keep_lock_fds(fds: &[c_int]) {
-    for &fd in fds {
+pub fn keep_lock_fds(fds: &[(Arc<OpenFile>, c_int)]) {
+    for &(_, fd) in fds {
         // SAFETY: setting close-on-exec on our own descriptor with the real call.
         unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
     }

@@ -138,6 +138,45 @@ fn a_malloc_that_calls_readlink_while_starting_is_not_reentered() {
     c_program_in_process("earlymalloc", "EARLYMALLOC-OK", false);
 }
 
+/// A library's constructor, which runs before the shim's, reaches the pool (the prefix is
+/// read from the environment without allocating until the shim's constructor has run).
+#[test]
+fn a_library_constructor_reaches_the_pool() {
+    if !common::require("gcc", "gcc") {
+        return;
+    }
+    let (dir, pool) = fresh_pool("ctor");
+    let c = |f: &str| format!("{}/tests/c/{f}", env!("CARGO_MANIFEST_DIR"));
+    let lib = dir.join("libctor.so");
+    let st = Command::new("gcc")
+        .args(["-O1", "-Wall", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(c("ctorlib.c"))
+        .status()
+        .expect("run gcc");
+    assert!(st.success());
+    let exe = dir.join("ctor");
+    let st = Command::new("gcc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(c("ctor.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lctor")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("run gcc");
+    assert!(st.success());
+    let out = in_process(&pool, &format!("exec {} {MOUNT}", exe.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CTOR-OK"),
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The lock file of a program's flock stays after it exits while its file lives (a process
 /// that outlived the program may still hold it), and goes when the pool is next opened
 /// once the file is deleted.

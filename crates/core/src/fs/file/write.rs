@@ -161,23 +161,22 @@ impl File {
         let first = off / PAGE;
         let last = end.div_ceil(PAGE);
         s.old.clear();
-        if last - first == 1 {
+        let walked = if last - first == 1 {
             // One page (most writes): the plain walk is shorter.
-            s.old.push(index::lookup(
-                &core.pool, &core.geo, d.root, d.height, first,
-            )?);
+            index::lookup(&core.pool, &core.geo, d.root, d.height, first).map(|p| s.old.push(p))
         } else {
             let tree = (d.root, d.height);
-            index::lookup_range(&core.pool, &core.geo, tree, first, last, &mut s.old)?;
-        }
+            index::lookup_range(&core.pool, &core.geo, tree, first, last, &mut s.old)
+        };
         // The walk reads index nodes that another writer of the file (a thread writing
         // another range, another process) may replace, retire and see reused meanwhile:
-        // what it found holds only if no commit changed the file since `d` was read (the
-        // walk's lookups keep to the pool, whatever they read). Otherwise the write starts
-        // again (EAGAIN is retried by `write_chunk`).
+        // what it found, or the error it met, holds only if no commit changed the file
+        // since `d` was read (the walk's lookups keep to the pool, whatever they read).
+        // Otherwise the write starts again (EAGAIN is retried by `write_chunk`).
         if !seq.ok(at) {
             return Err(Error::from_errno(libc::EAGAIN));
         }
+        walked?;
         let fresh = (first..last)
             .zip(&s.old)
             .filter(|&(pg, &old)| copies(shared, &d, off, pg, old))
