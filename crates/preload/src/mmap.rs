@@ -535,10 +535,14 @@ pub unsafe extern "C" fn mremap(
     naddr: *mut c_void,
 ) -> *mut c_void {
     crate::guarded!(libc::MAP_FAILED, {
-        if NMAPS.load(Ordering::Acquire) != 0
-            && !reentered()
-            && maps().iter().any(|m| m.addr == addr as usize)
-        {
+        // Under the operation guard, as every other taking of MAPS: a fork waits for it,
+        // so no child starts with the lock held.
+        let ours = NMAPS.load(Ordering::Acquire) != 0 && !reentered() && {
+            let _op = op();
+            let (a, end) = (addr as usize, (addr as usize).saturating_add(old));
+            maps().iter().any(|m| m.addr < end && a < m.addr + m.len)
+        };
+        if ours {
             crate::util::set_errno(libc::ENOMEM);
             return Ok(libc::MAP_FAILED);
         }
