@@ -462,7 +462,7 @@ fn each_description(mut f: impl FnMut(&OpenFile)) {
     }
 }
 
-/// Before fork (and posix_spawn), through a daemon: open the lock file of every
+/// Before fork (and posix_spawn), through a daemon: open the lock file of every file
 /// description that has none yet, so that parent and child share it as they share the
 /// description. A flock is the description's: with a lock file opened by each process
 /// after the fork, `exec 9>f; flock -x 9` (the lock taken by a child, which exits) would
@@ -472,8 +472,13 @@ fn open_lock_fds_locked() {
     let Some(pool) = session::daemon_pool_id() else {
         return;
     };
+    // Not for directories (a walk such as `find -exec` holds many, each fork would leave a
+    // lock file per directory in /dev/shm) nor O_PATH descriptors: locked before the fork,
+    // they have their lock file already.
     each_description(|of| {
-        let _ = of.open_lock_fd(pool);
+        if !of.is_dir() && of.flags() & libc::O_PATH == 0 {
+            let _ = of.open_lock_fd(pool);
+        }
     });
 }
 
