@@ -229,9 +229,13 @@ impl OpenFile {
 
     /// Record the lock file's descriptor in the published page for the image this process
     /// is about to exec.
-    pub(crate) fn pass_lock_fd(&self, fd: c_int, pool: u64) {
+    /// `pool`: None in an image that has not connected yet, whose lock file descriptor can
+    /// only be one it adopted: the page already names its pool.
+    pub(crate) fn pass_lock_fd(&self, fd: c_int, pool: Option<u64>) {
         let d = self.desc();
-        d.lock_pool.store(pool, Ordering::Release);
+        if let Some(pool) = pool {
+            d.lock_pool.store(pool, Ordering::Release);
+        }
         d.lock_fd.store(fd, Ordering::Release);
     }
 

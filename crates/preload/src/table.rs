@@ -495,9 +495,9 @@ pub fn open_lock_fds() {
 /// descriptors to make close-on-exec again if the exec fails (`keep_lock_fds`), with their
 /// descriptions, which keep them open (and their numbers ours) until then.
 pub fn pass_lock_fds() -> Vec<(Arc<OpenFile>, c_int)> {
-    let Some(pool) = session::pool_id_now() else {
-        return Vec::new();
-    };
+    // Not connected (an image that has made no call to the pool since its exec): only lock
+    // descriptors it adopted can be open, and they go on to the next image all the same.
+    let pool = session::pool_id_now();
     let _g = LOCK.read();
     let end = END.load(Ordering::Acquire).min(MAX_FDS);
     let mut passed = Vec::new();

@@ -170,7 +170,8 @@ fn make_gcc_and_patch_work_in_the_pool() {
 /// `exec 9>f; flock -x 9` holds the lock after flock(1) has exited (the shell keeps the
 /// description), until the shell closes it; a program exec'd straight onto an inherited
 /// descriptor (its first call a flock, before it has connected) locks the same file as
-/// everyone else; a lock taken by a forked child on a shared
+/// everyone else; a lock passes through an image that never touches the pool (`sh -c
+/// 'exec sleep'`) to the next; a lock taken by a forked child on a shared
 /// description stays after the child exits; and a POSIX lock survives the exec of its
 /// process. Another open of the file contends with each (`flock -n` / `F_SETLK` refused).
 #[test]
@@ -199,6 +200,13 @@ time.sleep(60)' >/dev/null 2>&1 ) &
         holder=$!
         until [ -e ready ]; do sleep 0.05; done
         flock -n $M/direct true && echo free || echo held
+        kill $holder; wait $holder || true
+        exec 6>$M/twice
+        flock 6
+        sh -c 'exec sleep 60' >/dev/null 2>&1 &
+        holder=$!
+        exec 6>&-
+        flock -n $M/twice true && echo free || echo held
         kill $holder; wait $holder || true
         python3 - <<'PY'
 import fcntl, os, subprocess, sys
@@ -246,7 +254,7 @@ PY
         "#);
     assert_eq!(
         out.split_whitespace().collect::<Vec<_>>().join(" "),
-        "held free shared held free held forked held parent converts forked free posix after exec held",
+        "held free shared held free held held forked held parent converts forked free posix after exec held",
         "{out}"
     );
     p.fsck();

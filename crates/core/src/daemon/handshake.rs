@@ -84,6 +84,9 @@ pub fn send_hello(stream: &UnixStream, hello: &Hello, fds: [RawFd; FDS]) -> io::
 }
 
 /// Receive the greeting and the shared-memory descriptors.
+/// How the error of a client the daemon refused (and told why) begins.
+pub const REFUSED_MESSAGE: &str = "the daemon refused the connection: ";
+
 /// Tell a client why it is refused (it may be gone already: nothing is reported).
 pub fn send_refusal(stream: &UnixStream, why: &str) {
     let mut msg = REFUSED.to_le_bytes().to_vec();
@@ -121,10 +124,7 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, [OwnedFd; FDS])> {
         let _ = (&mut &*stream).take(MAX_REASON).read_to_end(&mut why);
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "the daemon refused the connection: {}",
-                String::from_utf8_lossy(&why)
-            ),
+            format!("{REFUSED_MESSAGE}{}", String::from_utf8_lossy(&why)),
         ));
     }
     if n != 32 {

@@ -9,4 +9,5 @@ pub mod shm;
 mod watch;
 
 pub use client::Remote;
+pub use handshake::REFUSED_MESSAGE;
 pub use serve::{ServeOptions, Stop, serve, serve_until};

@@ -77,7 +77,8 @@ fn wait_for(socket: &Path, limit: Duration, mut alive: impl FnMut() -> bool) -> 
 }
 
 /// Where a daemon `engram run` starts writes its log: beside its socket (`POOL.sock.log`),
-/// made anew at each start.
+/// appended to (a start that fails, because another daemon serves the pool, must not wipe
+/// that daemon's log).
 pub fn log_for(socket: &Path) -> PathBuf {
     let mut s = socket.as_os_str().to_owned();
     s.push(".log");
@@ -88,7 +89,11 @@ pub fn log_for(socket: &Path) -> PathBuf {
 /// `log_for(S)` (a refused client is told why; this is for the rest, and for a daemon
 /// that cannot start).
 fn spawn_serve(bin: &Path, pool: &Path, socket: &Path) -> Option<Fs> {
-    let log = std::fs::File::create(log_for(socket)).ok();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_for(socket))
+        .ok();
     let out = || {
         log.as_ref()
             .and_then(|f| f.try_clone().ok())
@@ -169,17 +174,31 @@ pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
         Ok(fs) => return Ok((fs, socket)),
         Err(e) => e,
     };
+    // A daemon that answered and refused (the pool's permissions, say) has told why:
+    // starting another for the same pool could only fail, or wait for that one to go.
+    if first
+        .to_string()
+        .contains(engram_core::daemon::REFUSED_MESSAGE)
+    {
+        return Err(first.to_string());
+    }
     if !pool.exists() {
         Fs::mkfs(pool, DEFAULT_POOL_SIZE)
             .map_err(|e| format!("cannot create pool {}: {e}", pool.display()))?;
     }
+    // What the daemon about to start appends to its log is read from here on.
+    let logged = std::fs::metadata(log_for(&socket)).map_or(0, |m| m.len());
     let fs = engram_binary()
         .and_then(|bin| spawn_serve(&bin, pool, &socket))
         .or_else(|| fork_serve(pool, &socket))
         .ok_or_else(|| {
             // What the daemon said before it stopped (the pool in use by another process,
             // say), else the first connection's error (a daemon that listens but refused).
-            let said = std::fs::read_to_string(log_for(&socket)).unwrap_or_default();
+            let said = std::fs::read(log_for(&socket))
+                .map(|b| {
+                    String::from_utf8_lossy(b.get(logged as usize..).unwrap_or(&[])).into_owned()
+                })
+                .unwrap_or_default();
             match said.lines().rev().find(|l| !l.trim().is_empty()) {
                 Some(last) => format!(
                     "cannot start a daemon (its log: {}): {}",
