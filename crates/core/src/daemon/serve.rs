@@ -147,6 +147,14 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The device and inode at `path`, if there is a file.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 fn bind(socket: &Path) -> Result<UnixListener> {
     if socket.exists() {
         if UnixStream::connect(socket).is_ok() {
@@ -241,6 +249,7 @@ fn run(
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     let listener = bind(&opts.socket)?;
+    let socket_file = file_id(&opts.socket);
     log(&format!(
         "serving {} on {}",
         pool_path.display(),
@@ -276,7 +285,11 @@ fn run(
         }
         r
     });
-    let _ = std::fs::remove_file(&opts.socket);
+    // Only our own socket: once the pool was replaced, a daemon of the new pool may have
+    // bound the path meanwhile, and removing its socket would hide it from its clients.
+    if socket_file.is_some() && file_id(&opts.socket) == socket_file {
+        let _ = std::fs::remove_file(&opts.socket);
+    }
     server.shutdown()?;
     log("pool checkpointed and marked clean; daemon stopped");
     result
