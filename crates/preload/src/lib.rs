@@ -42,6 +42,7 @@ pub mod reclocks;
 pub mod resolve;
 pub mod route;
 pub mod session;
+pub mod spawn;
 pub mod stat;
 pub mod stdio;
 pub mod syscalls;

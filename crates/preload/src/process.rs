@@ -429,6 +429,13 @@ pub unsafe extern "C" fn posix_spawn(
     crate::guarded!(libc::EIO, {
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();
+        // File actions that name pool paths: the shim carries the spawn out.
+        // SAFETY: the caller's arguments.
+        if let Some(r) =
+            unsafe { crate::spawn::spawn_with_pool_actions(pid, path, fa, at, argv, envp, false) }
+        {
+            return Ok(r);
+        }
         // A program in the pool: the child executes its copy (open until spawned). A
         // failure is posix_spawn's answer, not errno.
         // SAFETY: the caller's path.
@@ -495,6 +502,12 @@ pub unsafe extern "C" fn posix_spawnp(
         }
         // File actions may dup2 a close-on-exec descriptor of ours into the child.
         publish_all();
+        // SAFETY: the caller's arguments.
+        if let Some(r) =
+            unsafe { crate::spawn::spawn_with_pool_actions(pid, path, fa, at, argv, envp, true) }
+        {
+            return Ok(r);
+        }
         let own = cwd_entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };

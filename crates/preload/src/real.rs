@@ -234,6 +234,14 @@ reals! {
     fn flock(fd: c_int, op: c_int) -> c_int;
     fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int;
     fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int;
+    fn posix_spawn_file_actions_init(fa: *mut c_void) -> c_int;
+    fn posix_spawn_file_actions_destroy(fa: *mut c_void) -> c_int;
+    fn posix_spawn_file_actions_addopen(fa: *mut c_void, fd: c_int, path: *const c_char, oflag: c_int, mode: mode_t) -> c_int;
+    fn posix_spawn_file_actions_addclose(fa: *mut c_void, fd: c_int) -> c_int;
+    fn posix_spawn_file_actions_adddup2(fa: *mut c_void, fd: c_int, newfd: c_int) -> c_int;
+    fn posix_spawn_file_actions_addchdir_np(fa: *mut c_void, path: *const c_char) -> c_int;
+    fn posix_spawn_file_actions_addfchdir_np(fa: *mut c_void, fd: c_int) -> c_int;
+    fn posix_spawn_file_actions_addclosefrom_np(fa: *mut c_void, from: c_int) -> c_int;
     fn dup(fd: c_int) -> c_int;
     fn dup2(old: c_int, new: c_int) -> c_int;
     fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;

@@ -66,3 +66,26 @@ fn programs_stored_in_the_pool_run() {
     );
     p.fsck();
 }
+
+/// posix_spawn file actions that name pool paths (chdir, open) are carried out through the
+/// shim (glibc runs them with its own internal calls), and their errors returned; the
+/// children share the pool through the daemon.
+#[test]
+fn posix_spawn_file_actions_reach_the_pool() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("spawnfa", 64);
+    let exe = common::compile_c("spawnfa", &p.scratch);
+    let mut c = p.command(exe.to_str().unwrap());
+    c.arg(common::MOUNT);
+    let out = output(c, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("SPAWNFA-OK"),
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.fsck();
+}
