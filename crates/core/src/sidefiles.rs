@@ -6,7 +6,8 @@
 //!
 //! The shim removes a mapping file at the last unmap of the inode, but not a lock file when
 //! its file goes away (only the server knows when no process still has the inode open), and
-//! a program killed while mapping leaves its mapping file too. When the pool is mounted
+//! a program killed while mapping leaves its mapping file too. All of a path's files go
+//! when a pool is made anew there (`Fs::mkfs`). When the pool is mounted
 //! (`Fs::open`, `engram serve`), the files of inodes that are no longer live (freed, or the
 //! slot reused with another generation) are removed: no process can open such an inode
 //! again, so no new holder can come to contend with one still holding the file. A file of

@@ -53,3 +53,31 @@ fn smoke() {
     drop(fs);
     std::fs::remove_file(&p).unwrap();
 }
+
+/// A pool made anew at a path takes none of the side files an earlier pool there left in
+/// /dev/shm (lock and mapping files of its inodes), and another pool's stay.
+#[test]
+fn mkfs_removes_the_side_files_an_earlier_pool_at_the_path_left() {
+    use engram_core::sidefiles;
+    let path = pool_path("sidefiles");
+    let other = pool_path("sidefiles-other");
+    Fs::mkfs(&path, 16 << 20).unwrap();
+    Fs::mkfs(&other, 16 << 20).unwrap();
+    let id = |p: &std::path::Path| sidefiles::pool_id(&std::fs::canonicalize(p).unwrap());
+    let old = [
+        sidefiles::lock_file(id(&path), 2, 1),
+        sidefiles::map_file(id(&path), 3, 1),
+    ];
+    let kept = sidefiles::lock_file(id(&other), 2, 1);
+    for f in old.iter().chain([&kept]) {
+        std::fs::write(f, b"").unwrap();
+    }
+    Fs::mkfs(&path, 16 << 20).unwrap();
+    let gone = old.iter().all(|f| !std::path::Path::new(f).exists());
+    let stays = std::path::Path::new(&kept).exists();
+    let _ = std::fs::remove_file(&kept);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&other);
+    assert!(gone, "the earlier pool's side files are gone");
+    assert!(stays, "another pool's side file stays");
+}

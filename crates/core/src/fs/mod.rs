@@ -96,8 +96,14 @@ impl Fs {
             )
         })?;
         crate::mkfs::format(&pool, &geo);
-        pool.sync_point()
-            .map_err(|e| Error::with_msg(libc::EIO, format!("cannot write the new pool back: {e}")))
+        pool.sync_point().map_err(|e| {
+            Error::with_msg(libc::EIO, format!("cannot write the new pool back: {e}"))
+        })?;
+        // The side files in /dev/shm named after this path are an earlier pool's (deleted,
+        // or formatted over): none of its inodes lives on in this one. Left, they would
+        // tie this pool's locks to processes still holding the old pool's files.
+        crate::sidefiles::remove_all(path.as_ref());
+        Ok(())
     }
 
     /// Open (and if needed recover) a pool file. Fails with EBUSY if another process has it.
