@@ -242,6 +242,7 @@ reals! {
     fn posix_spawn_file_actions_addchdir_np(fa: *mut c_void, path: *const c_char) -> c_int;
     fn posix_spawn_file_actions_addfchdir_np(fa: *mut c_void, fd: c_int) -> c_int;
     fn posix_spawn_file_actions_addclosefrom_np(fa: *mut c_void, from: c_int) -> c_int;
+    fn posix_spawn_file_actions_addtcsetpgrp_np(fa: *mut c_void, fd: c_int) -> c_int;
     fn dup(fd: c_int) -> c_int;
     fn dup2(old: c_int, new: c_int) -> c_int;
     fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;

@@ -29,14 +29,28 @@ pub fn generation() -> u64 {
     FORK_GEN.load(Ordering::Acquire)
 }
 
+thread_local! {
+    /// This thread's fork took the spawn window (`spawn::before_fork`).
+    static WINDOW_TAKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 pub fn before_fork() {
+    // First: a thread waiting here holds nothing a spawning thread's own fork needs.
+    let taken = crate::spawn::before_fork();
+    let _ = WINDOW_TAKEN.try_with(|t| t.set(taken));
     crate::opguard::before_fork();
     crate::table::lock_for_fork();
+}
+
+fn leave_spawn_window() {
+    let taken = WINDOW_TAKEN.try_with(|t| t.replace(false)).unwrap_or(false);
+    crate::spawn::after_fork(taken);
 }
 
 pub fn after_fork_parent() {
     crate::table::unlock_after_fork();
     crate::opguard::after_fork_parent();
+    leave_spawn_window();
 }
 
 pub fn after_fork_child() {
@@ -46,6 +60,7 @@ pub fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     crate::table::unlock_in_child();
     crate::opguard::after_fork_child();
+    leave_spawn_window();
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -22,6 +22,7 @@ enum Action {
     Chdir(CString),
     Fchdir(c_int),
     CloseFrom(c_int),
+    Tcsetpgrp(c_int),
 }
 
 /// The actions recorded for each actions object (by address), in order.
@@ -48,7 +49,11 @@ fn pool_actions(fa: *const c_void) -> Option<Vec<Action>> {
     // SAFETY: the paths are C strings of ours.
     let ours = |p: &CString| unsafe { is_ours(p.as_ptr()) };
     v.iter()
-        .any(|a| matches!(a, Action::Open(_, p, ..) | Action::Chdir(p) if ours(p)))
+        .any(|a| match a {
+            Action::Open(_, p, ..) | Action::Chdir(p) => ours(p),
+            Action::Fchdir(fd) => crate::table::is_ours(*fd),
+            _ => false,
+        })
         .then(|| v.clone())
 }
 
@@ -137,6 +142,16 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addfchdir_np(
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_addtcsetpgrp_np(
+    fa: *mut c_void,
+    fd: c_int,
+) -> c_int {
+    // SAFETY: forwarding unchanged.
+    let r = unsafe { real::posix_spawn_file_actions_addtcsetpgrp_np(fa, fd) };
+    add(fa, r, Some(Action::Tcsetpgrp(fd)))
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
     fa: *mut c_void,
     from: c_int,
@@ -144,6 +159,56 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
     // SAFETY: forwarding unchanged.
     let r = unsafe { real::posix_spawn_file_actions_addclosefrom_np(fa, from) };
     add(fa, r, Some(Action::CloseFrom(from)))
+}
+
+/// Held from the pipe's creation until the parent has closed its write end: another
+/// thread's fork waits for it (`before_fork`), so that no other child inherits the write
+/// end and keeps the parent waiting for an exec report until it exits.
+static WINDOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// Set while this thread forks for a spawn (it holds WINDOW itself).
+    static SPAWNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn take_window() {
+    let mut spins = 0u32;
+    while WINDOW
+        .compare_exchange(
+            false,
+            true,
+            std::sync::atomic::Ordering::Acquire,
+            std::sync::atomic::Ordering::Relaxed,
+        )
+        .is_err()
+    {
+        spins += 1;
+        if spins > 64 {
+            std::thread::yield_now();
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn leave_window() {
+    WINDOW.store(false, std::sync::atomic::Ordering::Release);
+}
+
+/// Before any fork: wait until no spawn is between its pipe and its fork (the fork handler;
+/// a spawn's own fork passes). Returns whether the window was taken (release it after).
+pub fn before_fork() -> bool {
+    if SPAWNING.try_with(|s| s.get()).unwrap_or(false) {
+        return false;
+    }
+    take_window();
+    true
+}
+
+/// After a fork that `before_fork` let through with the window taken.
+pub fn after_fork(taken: bool) {
+    if taken {
+        leave_window();
+    }
 }
 
 /// The spawn, by the shim, if `fa` names a pool path: Some(posix_spawn's result).
@@ -160,55 +225,85 @@ pub unsafe fn spawn_with_pool_actions(
     search: bool,
 ) -> Option<c_int> {
     let actions = pool_actions(fa)?;
+    // All signals blocked from before the fork until the child execs (it restores the
+    // mask last), as glibc's spawn: no handler of the program runs in the child.
+    // SAFETY: sigset manipulation on locals.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    take_window();
     let mut p = [0 as c_int; 2];
     // SAFETY: a pipe into a local array.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Some(crate::util::errno());
-    }
-    // Out of the actions' way: the shim's own numbers, which closefrom passes over.
-    let (r, w) = (crate::util::move_high(p[0]), crate::util::move_high(p[1]));
-    // SAFETY: fork; the child only runs the actions and execs, or reports and _exits.
-    let child = unsafe { libc::fork() };
-    if child == 0 {
-        // SAFETY: in the child: the caller's arguments.
-        let e = unsafe { run_child(&actions, path, at, argv, envp, search) };
-        // SAFETY: reporting the error through our pipe and leaving without exit handlers.
-        unsafe {
-            libc::write(w, &e as *const c_int as *const c_void, 4);
-            libc::_exit(127);
+    let piped = unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
+    let result = if !piped {
+        leave_window();
+        crate::util::errno()
+    } else {
+        // Out of the actions' way: the shim's own numbers, which closefrom passes over.
+        let (r, w) = (crate::util::move_high(p[0]), crate::util::move_high(p[1]));
+        let _ = SPAWNING.try_with(|s| s.set(true));
+        // SAFETY: fork; the child only runs the actions and execs, or reports and _exits.
+        let child = unsafe { libc::fork() };
+        let _ = SPAWNING.try_with(|s| s.set(false));
+        if child == 0 {
+            // In the child: the caller's arguments; a panic must not return into the
+            // program's code as if this were the parent.
+            let e = std::panic::catch_unwind(|| {
+                // SAFETY: as above.
+                unsafe { run_child(&actions, path, at, argv, envp, search, &old) }
+            })
+            .unwrap_or(libc::EIO);
+            let e = if e == 0 { libc::EIO } else { e };
+            // SAFETY: reporting the error through our pipe, leaving without exit handlers.
+            unsafe {
+                libc::write(w, &e as *const c_int as *const c_void, 4);
+                libc::_exit(127);
+            }
         }
-    }
-    crate::ownfds::close(w);
-    if child < 0 {
-        crate::ownfds::close(r);
-        return Some(crate::util::errno());
-    }
-    let mut e: c_int = 0;
-    // SAFETY: reading up to 4 bytes into a local; EOF means the exec happened.
-    let n = loop {
-        let n = unsafe { libc::read(r, &mut e as *mut c_int as *mut c_void, 4) };
-        if n >= 0 || crate::util::errno() != libc::EINTR {
-            break n;
+        crate::ownfds::close(w);
+        leave_window();
+        if child < 0 {
+            crate::ownfds::close(r);
+            crate::util::errno()
+        } else {
+            let mut e: c_int = 0;
+            // EOF: the exec happened; 4 bytes: the errno that stopped the child.
+            let n = loop {
+                // SAFETY: reading up to 4 bytes into a local.
+                let n = unsafe { libc::read(r, &mut e as *mut c_int as *mut c_void, 4) };
+                if n >= 0 || crate::util::errno() != libc::EINTR {
+                    break n;
+                }
+            };
+            crate::ownfds::close(r);
+            if n == 4 {
+                // SAFETY: reaping the child that failed before exec.
+                unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+                e
+            } else {
+                if !pid.is_null() {
+                    // SAFETY: the caller's pid buffer.
+                    unsafe { *pid = child };
+                }
+                0
+            }
         }
     };
-    crate::ownfds::close(r);
-    if n == 4 {
-        // SAFETY: reaping the child that failed before exec.
-        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
-        return Some(e);
-    }
-    if !pid.is_null() {
-        // SAFETY: the caller's pid buffer.
-        unsafe { *pid = child };
-    }
-    Some(0)
+    // SAFETY: restoring the caller's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    Some(result)
 }
 
-/// In the child: the actions in order, the attributes, the exec; returns the errno that
-/// stopped it.
+/// In the child, in glibc's order: signal dispositions, scheduling, session, process
+/// group, ids, the file actions, the signal mask, the exec. Returns the errno that stopped
+/// it.
 ///
 /// # Safety
-/// As `spawn_with_pool_actions`.
+/// As `spawn_with_pool_actions`; `old` is the parent's signal mask.
 unsafe fn run_child(
     actions: &[Action],
     path: *const c_char,
@@ -216,11 +311,17 @@ unsafe fn run_child(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
     search: bool,
+    old: &libc::sigset_t,
 ) -> c_int {
     use crate::{cwd, open};
     let fail = || crate::util::errno();
-    // SAFETY: the shim's own calls with the recorded arguments.
+    // SAFETY: the shim's own calls and the system calls posix_spawn makes, with the
+    // recorded arguments and the caller's attributes.
     unsafe {
+        let mask = match apply_attributes(at) {
+            Ok(m) => m.unwrap_or(*old),
+            Err(e) => return e,
+        };
         for a in actions {
             let ok = match a {
                 Action::Open(fd, p, oflag, mode) => {
@@ -228,7 +329,11 @@ unsafe fn run_child(
                     got >= 0
                         && (got == *fd || (open::dup2(got, *fd) == *fd && open::close(got) == 0))
                 }
-                Action::Close(fd) => open::close(*fd) == 0 || crate::util::errno() == libc::EBADF,
+                // As glibc: a close's error is not the spawn's.
+                Action::Close(fd) => {
+                    open::close(*fd);
+                    true
+                }
                 Action::Dup2(fd, newfd) if fd == newfd => {
                     // posix_spawn's dup2 onto itself clears close-on-exec.
                     crate::fcntl::fcntl(*fd, libc::F_SETFD, 0) != -1
@@ -240,35 +345,76 @@ unsafe fn run_child(
                     open::closefrom(*from);
                     true
                 }
+                Action::Tcsetpgrp(fd) => libc::tcsetpgrp(*fd, libc::getpgrp()) == 0,
             };
             if !ok {
                 return fail();
             }
         }
-        if let Err(e) = apply_attributes(at) {
-            return e;
-        }
+        libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
         let argv = argv as *const *const c_char;
         let envp = envp as *const *const c_char;
-        if search {
-            crate::process::execvpe(path, argv, envp);
+        if search && !CStr::from_ptr(path).to_bytes().contains(&b'/') {
+            exec_search(path, argv, envp)
         } else {
             crate::process::execve(path, argv, envp);
+            fail()
         }
     }
-    fail()
 }
 
-/// The spawn attributes that apply in the child (signal mask and defaults, process group,
-/// session, ids, scheduling), through their public getters.
+/// posix_spawnp's search of PATH (glibc's `__execvpex`): each candidate through the shim's
+/// execve, no `/bin/sh` for a file the kernel cannot run (ENOEXEC is the answer), EACCES
+/// remembered, the search going on past names that are not there.
+///
+/// # Safety
+/// `file`, `argv` and `envp` are what execve takes.
+unsafe fn exec_search(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: the caller's C string, and PATH from the environment (copied).
+    let (name, path) = unsafe {
+        let p = libc::getenv(c"PATH".as_ptr());
+        let path = if p.is_null() {
+            b"/bin:/usr/bin".to_vec()
+        } else {
+            CStr::from_ptr(p).to_bytes().to_vec()
+        };
+        (CStr::from_ptr(file).to_bytes(), path)
+    };
+    if name.is_empty() {
+        return libc::ENOENT;
+    }
+    let mut denied = false;
+    for dir in path.split(|&b| b == b':') {
+        let mut cand = if dir.is_empty() {
+            b".".to_vec()
+        } else {
+            dir.to_vec()
+        };
+        cand.push(b'/');
+        cand.extend_from_slice(name);
+        let Ok(c) = CString::new(cand) else { continue };
+        // SAFETY: a C string of ours and the caller's arrays.
+        unsafe { crate::process::execve(c.as_ptr(), argv, envp) };
+        match crate::util::errno() {
+            libc::EACCES => denied = true,
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            e => return e,
+        }
+    }
+    if denied { libc::EACCES } else { libc::ENOENT }
+}
+
+/// The spawn attributes applied before the file actions (glibc's order): signal
+/// dispositions (every caught signal back to its default, and the `sigdefault` set),
+/// scheduling, session, process group, ids. Returns the mask to set last, if one is asked.
 ///
 /// # Safety
 /// `at` is null or a valid posix_spawnattr_t.
-unsafe fn apply_attributes(at: *const c_void) -> Result<(), c_int> {
-    if at.is_null() {
-        return Ok(());
-    }
-    let at = at as *const libc::posix_spawnattr_t;
+unsafe fn apply_attributes(at: *const c_void) -> Result<Option<libc::sigset_t>, c_int> {
     let ck = |r: c_int| {
         if r == 0 {
             Ok(())
@@ -276,41 +422,32 @@ unsafe fn apply_attributes(at: *const c_void) -> Result<(), c_int> {
             Err(crate::util::errno())
         }
     };
-    // SAFETY: the getters read the caller's attributes into locals; the setters are the
-    // system calls posix_spawn makes.
+    // SAFETY: sigaction queries and resets in the child; the getters read the caller's
+    // attributes into locals; the setters are the system calls posix_spawn makes.
     unsafe {
-        let mut flags: libc::c_short = 0;
-        libc::posix_spawnattr_getflags(at, &mut flags);
-        let flags = c_int::from(flags);
-        if flags & libc::POSIX_SPAWN_SETSIGMASK != 0 {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::posix_spawnattr_getsigmask(at, &mut set);
-            ck(libc::sigprocmask(
-                libc::SIG_SETMASK,
-                &set,
-                std::ptr::null_mut(),
-            ))?;
-        }
-        if flags & libc::POSIX_SPAWN_SETSIGDEF != 0 {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::posix_spawnattr_getsigdefault(at, &mut set);
-            for sig in 1..libc::SIGRTMAX() {
-                if libc::sigismember(&set, sig) == 1 {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
+        let mut def: libc::sigset_t = std::mem::zeroed();
+        let mut flags = 0;
+        let at = at as *const libc::posix_spawnattr_t;
+        if !at.is_null() {
+            let mut f: libc::c_short = 0;
+            libc::posix_spawnattr_getflags(at, &mut f);
+            flags = c_int::from(f);
+            if flags & libc::POSIX_SPAWN_SETSIGDEF != 0 {
+                libc::posix_spawnattr_getsigdefault(at, &mut def);
             }
         }
-        if flags & c_int::from(libc::POSIX_SPAWN_SETSID) != 0 {
-            ck(if libc::setsid() >= 0 { 0 } else { -1 })?;
+        for sig in 1..=libc::SIGRTMAX() {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut sa) != 0 {
+                continue;
+            }
+            let caught = sa.sa_sigaction != libc::SIG_DFL && sa.sa_sigaction != libc::SIG_IGN;
+            if caught || libc::sigismember(&def, sig) == 1 {
+                libc::signal(sig, libc::SIG_DFL);
+            }
         }
-        if flags & libc::POSIX_SPAWN_SETPGROUP != 0 {
-            let mut pg: pid_t = 0;
-            libc::posix_spawnattr_getpgroup(at, &mut pg);
-            ck(libc::setpgid(0, pg))?;
-        }
-        if flags & libc::POSIX_SPAWN_RESETIDS != 0 {
-            ck(libc::setegid(libc::getgid()))?;
-            ck(libc::seteuid(libc::getuid()))?;
+        if at.is_null() {
+            return Ok(None);
         }
         if flags & libc::POSIX_SPAWN_SETSCHEDULER != 0 {
             let mut pol: c_int = 0;
@@ -327,6 +464,23 @@ unsafe fn apply_attributes(at: *const c_void) -> Result<(), c_int> {
             libc::posix_spawnattr_getschedparam(at, &mut prm);
             ck(libc::sched_setparam(0, &prm))?;
         }
+        if flags & c_int::from(libc::POSIX_SPAWN_SETSID) != 0 {
+            ck(if libc::setsid() >= 0 { 0 } else { -1 })?;
+        }
+        if flags & libc::POSIX_SPAWN_SETPGROUP != 0 {
+            let mut pg: pid_t = 0;
+            libc::posix_spawnattr_getpgroup(at, &mut pg);
+            ck(libc::setpgid(0, pg))?;
+        }
+        if flags & libc::POSIX_SPAWN_RESETIDS != 0 {
+            ck(libc::setegid(libc::getgid()))?;
+            ck(libc::seteuid(libc::getuid()))?;
+        }
+        if flags & libc::POSIX_SPAWN_SETSIGMASK != 0 {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::posix_spawnattr_getsigmask(at, &mut set);
+            return Ok(Some(set));
+        }
     }
-    Ok(())
+    Ok(None)
 }

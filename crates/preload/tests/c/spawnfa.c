@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +52,33 @@ int main(int argc, char **argv) {
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     read_file(out, buf, sizeof buf);
     CHECK(strcmp(buf, "spawned\n") == 0);
+
+    /* fchdir to a pool directory's descriptor, and a signal handler of the parent that
+     * the child must not run (it is reset to its default before the exec). */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(dfd >= 0);
+    posix_spawn_file_actions_t fc;
+    CHECK(posix_spawn_file_actions_init(&fc) == 0);
+    CHECK(posix_spawn_file_actions_addfchdir_np(&fc, dfd) == 0);
+    CHECK(posix_spawn_file_actions_addopen(&fc, 1, "out.txt", O_WRONLY | O_TRUNC, 0) == 0);
+    CHECK(posix_spawn(&pid, "/bin/pwd", &fc, NULL, pwd, environ) == 0);
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    read_file(out, buf, sizeof buf);
+    CHECK(strcmp(buf, want) == 0);
+    CHECK(posix_spawn_file_actions_destroy(&fc) == 0 && close(dfd) == 0);
+
+    /* posix_spawnp gives ENOEXEC for a file the kernel cannot run (no /bin/sh). */
+    char script[600];
+    snprintf(script, sizeof script, "%s/noshebang", dir);
+    int sfd = open(script, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    CHECK(sfd >= 0 && write(sfd, "echo ran-by-sh\n", 15) == 15 && close(sfd) == 0);
+    char *ns[] = {"noshebang", NULL};
+    char *saved = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+    CHECK(setenv("PATH", dir, 1) == 0);
+    int rr = posix_spawnp(&pid, "noshebang", &fa, NULL, ns, environ);
+    if (saved)
+        setenv("PATH", saved, 1);
+    CHECK(rr == ENOEXEC);
 
     /* A missing program: posix_spawn's error, no child left. */
     CHECK(posix_spawn(&pid, "/no/such/program", &fa, NULL, pwd, environ) == ENOENT);
