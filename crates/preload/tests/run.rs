@@ -52,5 +52,7 @@ fn engram_run_starts_a_shared_daemon_that_exits_when_idle() {
     assert_eq!(fs.read_file("/r/count").unwrap(), b"1000\n");
     assert!(fs.fsck(false).unwrap().is_clean());
     drop(fs);
+    // The shell forked with pool files open: their lock files are in /dev/shm.
+    engram_core::sidefiles::remove_all(&pool);
     let _ = std::fs::remove_dir_all(&dir);
 }
