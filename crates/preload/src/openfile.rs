@@ -240,34 +240,27 @@ impl OpenFile {
     }
 
     /// In an image that inherited this description: take over the lock file's descriptor
-    /// the image before it passed, if that number is still the lock file of this file (a
-    /// number from another process sharing the page, or reused since, is not).
-    pub(crate) fn adopt_lock_fd(&self) {
+    /// the image before it passed, if that number is among the lock files this image
+    /// inherited (`inherited`: descriptor and /proc/self/fd link) and names this file's (a
+    /// number from another process sharing the page, or reused since, does not). Returns
+    /// whether it did.
+    pub(crate) fn adopt_lock_fd(&self, inherited: &[(c_int, Vec<u8>)]) -> bool {
         let d = self.desc();
         let fd = d.lock_fd.load(Ordering::Acquire);
-        if fd < 0 || crate::ownfds::is_own(fd) {
-            return;
-        }
         let name = self.lock_file_name(d.lock_pool.load(Ordering::Acquire));
         let want = &name.as_bytes()[..name.len() - 1];
-        let link = format!("/proc/self/fd/{fd}\0");
-        let mut buf = [0u8; 256];
-        // SAFETY: readlink into a local buffer with the real call.
-        let n = unsafe {
-            real::readlink(
-                link.as_ptr() as *const libc::c_char,
-                buf.as_mut_ptr() as *mut libc::c_char,
-                buf.len(),
-            )
-        };
-        if n <= 0 || &buf[..n as usize] != want {
-            return;
+        if !inherited
+            .iter()
+            .any(|(f, link)| *f == fd && link[..] == *want)
+        {
+            return false;
         }
         // SAFETY: marking the inherited descriptor close-on-exec again, as the shim keeps
         // its own (the next exec passes it on if the description survives it).
         unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
         crate::ownfds::own(fd);
         self.lock_fd.store(fd, Ordering::Release);
+        true
     }
 }
 

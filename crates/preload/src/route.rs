@@ -44,14 +44,15 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
 fn mount_prefix() -> Option<&'static [u8]> {
     match CONFIG.get() {
         Some(c) => Some(&c.mount[..]),
-        None => early_mount_prefix(),
+        None => mount_from_env(),
     }
 }
 
-/// `config`'s reading of ENGRAM_MOUNT, allocation-free (getenv allocates nothing); None if
-/// it is not a usable prefix (the constructor then says so and uses the default).
+/// ENGRAM_MOUNT (unset or empty: the default) without a trailing slash, allocation-free
+/// (getenv allocates nothing); None if it is not a usable prefix (`config` then says so
+/// and uses the default).
 #[cold]
-fn early_mount_prefix() -> Option<&'static [u8]> {
+fn mount_from_env() -> Option<&'static [u8]> {
     // SAFETY: getenv with a NUL-terminated name; the value stays valid while the
     // environment is not changed, and is used only during this call's caller.
     let p = unsafe { libc::getenv(c"ENGRAM_MOUNT".as_ptr()) };
@@ -73,16 +74,15 @@ fn early_mount_prefix() -> Option<&'static [u8]> {
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         use std::os::unix::ffi::OsStringExt;
-        let mut mount = env(b"ENGRAM_MOUNT\0").unwrap_or_else(|| DEFAULT_MOUNT.into());
-        while mount.len() > 1 && mount.ends_with(b"/") {
-            mount.pop();
-        }
-        if !mount.starts_with(b"/") || mount == b"/" {
-            crate::util::warn(
-                "ENGRAM_MOUNT must be an absolute directory other than /; using /mnt/engram",
-            );
-            mount = DEFAULT_MOUNT.into();
-        }
+        let mount = match mount_from_env() {
+            Some(m) => m.to_vec(),
+            None => {
+                crate::util::warn(
+                    "ENGRAM_MOUNT must be an absolute directory other than /; using /mnt/engram",
+                );
+                DEFAULT_MOUNT.into()
+            }
+        };
         let path = |v: Vec<u8>| PathBuf::from(std::ffi::OsString::from_vec(v));
         Config {
             mount,

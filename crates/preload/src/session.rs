@@ -29,28 +29,17 @@ pub fn generation() -> u64 {
     FORK_GEN.load(Ordering::Acquire)
 }
 
-thread_local! {
-    /// This thread's fork took the spawn window (`spawn::before_fork`).
-    static WINDOW_TAKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 pub fn before_fork() {
     // First: a thread waiting here holds nothing a spawning thread's own fork needs.
-    let taken = crate::spawn::before_fork();
-    let _ = WINDOW_TAKEN.try_with(|t| t.set(taken));
+    crate::spawn::before_fork();
     crate::opguard::before_fork();
     crate::table::lock_for_fork();
-}
-
-fn leave_spawn_window() {
-    let taken = WINDOW_TAKEN.try_with(|t| t.replace(false)).unwrap_or(false);
-    crate::spawn::after_fork(taken);
 }
 
 pub fn after_fork_parent() {
     crate::table::unlock_after_fork();
     crate::opguard::after_fork_parent();
-    leave_spawn_window();
+    crate::spawn::after_fork();
 }
 
 pub fn after_fork_child() {
@@ -60,7 +49,7 @@ pub fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     crate::table::unlock_in_child();
     crate::opguard::after_fork_child();
-    leave_spawn_window();
+    crate::spawn::after_fork();
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -164,7 +153,6 @@ fn connect_slow() -> Res<&'static Conn> {
     }
 }
 
-/// A stable number naming the pool (for the lock and mapping files shared by processes).
 /// The number naming the pool's side files (`sidefiles::pool_id`), connecting first: an
 /// image that inherited a description may lock or map it before any other call, and
 /// unconnected the number is 0, which names other files than every other process's.
@@ -174,16 +162,11 @@ pub fn pool_id() -> Res<u64> {
 }
 
 /// The pool's id if this process is connected, without waiting for the state (before fork
-/// and exec: a thread that holds it is not waited for).
-pub fn pool_id_now() -> Option<u64> {
+/// and exec: a thread that holds it is not waited for), and whether a daemon serves it
+/// (then forked children share it).
+pub fn pool_id_now() -> Option<(u64, bool)> {
     let s = STATE.try_lock().ok()?;
-    (s.mode != Mode::None && s.fs.is_some()).then_some(s.pool_id)
-}
-
-/// `pool_id_now` when the pool is served by a daemon (shared with forked children).
-pub fn daemon_pool_id() -> Option<u64> {
-    let s = STATE.try_lock().ok()?;
-    (s.mode == Mode::Daemon && s.fs.is_some()).then_some(s.pool_id)
+    (s.mode != Mode::None && s.fs.is_some()).then_some((s.pool_id, s.mode == Mode::Daemon))
 }
 
 /// In a forked child: the parent's connection must be neither used nor dropped (dropping

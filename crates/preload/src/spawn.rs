@@ -164,50 +164,28 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
 /// Held from the pipe's creation until the parent has closed its write end: another
 /// thread's fork waits for it (`before_fork`), so that no other child inherits the write
 /// end and keeps the parent waiting for an exec report until it exits.
-static WINDOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static WINDOW: crate::util::SpinRw = crate::util::SpinRw::new();
 
 thread_local! {
     /// Set while this thread forks for a spawn (it holds WINDOW itself).
     static SPAWNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's fork took WINDOW in `before_fork` (released in `after_fork`).
+    static TAKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-fn take_window() {
-    let mut spins = 0u32;
-    while WINDOW
-        .compare_exchange(
-            false,
-            true,
-            std::sync::atomic::Ordering::Acquire,
-            std::sync::atomic::Ordering::Relaxed,
-        )
-        .is_err()
-    {
-        spins += 1;
-        if spins > 64 {
-            std::thread::yield_now();
-        }
-        std::hint::spin_loop();
+/// Before any fork (the fork handler): wait until no spawn is between its pipe and its
+/// fork; a spawn's own fork passes.
+pub fn before_fork() {
+    if !SPAWNING.try_with(|s| s.get()).unwrap_or(false) {
+        WINDOW.write_lock();
+        let _ = TAKEN.try_with(|t| t.set(true));
     }
 }
 
-fn leave_window() {
-    WINDOW.store(false, std::sync::atomic::Ordering::Release);
-}
-
-/// Before any fork: wait until no spawn is between its pipe and its fork (the fork handler;
-/// a spawn's own fork passes). Returns whether the window was taken (release it after).
-pub fn before_fork() -> bool {
-    if SPAWNING.try_with(|s| s.get()).unwrap_or(false) {
-        return false;
-    }
-    take_window();
-    true
-}
-
-/// After a fork that `before_fork` let through with the window taken.
-pub fn after_fork(taken: bool) {
-    if taken {
-        leave_window();
+/// After the fork, in the parent and in the child: the window `before_fork` took, back.
+pub fn after_fork() {
+    if TAKEN.try_with(|t| t.replace(false)).unwrap_or(false) {
+        WINDOW.write_unlock();
     }
 }
 
@@ -235,12 +213,12 @@ pub unsafe fn spawn_with_pool_actions(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    take_window();
+    WINDOW.write_lock();
     let mut p = [0 as c_int; 2];
     // SAFETY: a pipe into a local array.
     let piped = unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
     let result = if !piped {
-        leave_window();
+        WINDOW.write_unlock();
         crate::util::errno()
     } else {
         // Out of the actions' way: the shim's own numbers, which closefrom passes over.
@@ -265,7 +243,7 @@ pub unsafe fn spawn_with_pool_actions(
             }
         }
         crate::ownfds::close(w);
-        leave_window();
+        WINDOW.write_unlock();
         if child < 0 {
             crate::ownfds::close(r);
             crate::util::errno()

@@ -112,7 +112,7 @@ pub fn adopt_inherited() {
     // Lock files' descriptors the image before passed on: those no description adopts
     // belong to descriptions this image did not get (a posix_spawn file action closed
     // them), and would hold their locks for as long as it and its children live.
-    let mut lock_files: Vec<c_int> = Vec::new();
+    let mut lock_files: Vec<(c_int, Vec<u8>)> = Vec::new();
     // SAFETY: listing /proc/self/fd with the real directory calls; every pointer comes from
     // libc and is used before closedir.
     unsafe {
@@ -137,14 +137,14 @@ pub fn adopt_inherited() {
                 continue;
             }
             let link = format!("/proc/self/fd/{fd}\0");
-            let mut buf = [0u8; 64];
+            let mut buf = [0u8; 128];
             let n = real::readlink(
                 link.as_ptr() as *const libc::c_char,
                 buf.as_mut_ptr() as *mut libc::c_char,
                 buf.len(),
             );
             if n > 0 && engram_core::sidefiles::is_lock_file(&buf[..n as usize]) {
-                lock_files.push(fd);
+                lock_files.push((fd, buf[..n as usize].to_vec()));
                 continue;
             }
             if n <= 0 || !buf[..n as usize].starts_with(desc::MEMFD_PREFIX) {
@@ -157,15 +157,19 @@ pub fn adopt_inherited() {
             if let Some((_, of)) = found.iter().find(|(ino, _)| *ino == st.st_ino) {
                 install(fd, of.clone());
             } else if let Some(of) = adopt(fd) {
-                of.adopt_lock_fd();
                 let of = Arc::new(of);
                 install(fd, of.clone());
                 found.push((st.st_ino, of));
             }
         }
         real::closedir(d);
-        for fd in lock_files {
-            if !crate::ownfds::is_own(fd) {
+        let adopted: Vec<c_int> = found
+            .iter()
+            .filter(|(_, of)| of.adopt_lock_fd(&lock_files))
+            .filter_map(|(_, of)| of.lock_fd_if_open())
+            .collect();
+        for (fd, _) in lock_files {
+            if !adopted.contains(&fd) {
                 real::close(fd);
             }
         }
@@ -469,7 +473,7 @@ fn each_description(mut f: impl FnMut(&OpenFile)) {
 /// hold nothing, and the parent's and child's flocks would conflict. (A pool opened in the
 /// process is not shared with a child: nothing to do.)
 fn open_lock_fds_locked() {
-    let Some(pool) = session::daemon_pool_id() else {
+    let Some((pool, true)) = session::pool_id_now() else {
         return;
     };
     // Not for directories (a walk such as `find -exec` holds many, each fork would leave a
@@ -497,7 +501,7 @@ pub fn open_lock_fds() {
 pub fn pass_lock_fds() -> Vec<(Arc<OpenFile>, c_int)> {
     // Not connected (an image that has made no call to the pool since its exec): only lock
     // descriptors it adopted can be open, and they go on to the next image all the same.
-    let pool = session::pool_id_now();
+    let pool = session::pool_id_now().map(|(pool, _)| pool);
     let _g = LOCK.read();
     let end = END.load(Ordering::Acquire).min(MAX_FDS);
     let mut passed = Vec::new();

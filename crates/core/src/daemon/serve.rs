@@ -441,9 +441,10 @@ fn run_loop(
 }
 
 /// Handle every posted request once; returns whether there were any. The slots are in
-/// memory the clients write: only a slot whose request awaits its reply is read, its length is clamped,
-/// and the request is decoded and validated like any other input. A request is served
-/// with the identity and credentials of the client whose region it is in.
+/// memory the clients write: only a slot whose request awaits its reply is read, its
+/// length is clamped, and the request is decoded and validated like any other input. A
+/// request is served with the identity and credentials of the client whose region it is
+/// in.
 fn serve_slots(
     server: &mut Server,
     area: &ClientArea,
