@@ -8,6 +8,8 @@ mod forged;
 mod isolation;
 #[path = "daemon/killed.rs"]
 mod killed;
+#[path = "daemon/posted.rs"]
+mod posted;
 #[path = "daemon/walk_cache.rs"]
 mod walk_cache;
 

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Lowest descriptor number the connection uses: programs (shells especially) take the
@@ -41,6 +41,12 @@ pub(crate) const SPIN_TIME: Duration = Duration::from_micros(3);
 /// 4,000 steps and the daemon never yielded, 17 µs with both yielding after 3 µs).
 const YIELDS: u32 = 64;
 
+/// A slot's owner word: free, claimed by a thread for a call, or holding a posted request
+/// whose reply nobody has collected yet.
+const FREE: u32 = 0;
+const TAKEN: u32 = 1;
+const POSTED: u32 = 2;
+
 fn daemon_gone_error() -> Error {
     Error::with_msg(libc::EIO, "the EngramFS daemon has gone away")
 }
@@ -58,6 +64,8 @@ pub struct Remote {
     /// the abandoned request stays taken (were it reused, a server still reading this
     /// region could answer the new request with the old one's number and serve it twice).
     gone: AtomicBool,
+    /// How many slots hold a posted request (see `post`) whose reply is not yet collected.
+    posted: AtomicU32,
 }
 
 impl Remote {
@@ -89,6 +97,7 @@ impl Remote {
             hello,
             stream,
             gone: AtomicBool::new(false),
+            posted: AtomicU32::new(0),
         })
     }
 
@@ -130,24 +139,70 @@ impl Remote {
     }
 
     /// Encode a request with `encode` into this thread's buffer, send it and decode the
-    /// reply: no allocation per call once the buffers have grown (a nested call, from a
-    /// signal handler say, uses buffers of its own).
+    /// reply.
     pub fn call_with(&self, encode: impl FnOnce(&mut Writer)) -> Result<Response> {
-        thread_local! {
-            static BUFS: RefCell<(Writer, Vec<u8>)> =
-                const { RefCell::new((Writer(Vec::new()), Vec::new())) };
-        }
-        let mut encode = Some(encode);
-        let mut go = |(w, reply): &mut (Writer, Vec<u8>)| -> Result<Response> {
-            w.0.clear();
-            (encode.take().expect("one request per call"))(w);
+        with_buffers(|(w, reply)| {
+            encode(w);
             self.call_raw_into(&w.0, reply)?;
             wire::decode_reply(reply)
-        };
-        BUFS.try_with(|b| b.try_borrow_mut().ok().map(|mut b| go(&mut b)))
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| go(&mut (Writer(Vec::new()), Vec::new())))
+        })
+    }
+
+    /// Send a request whose reply nobody needs (a close) without waiting for it: the next
+    /// call of any thread of this process first waits until the server has answered it,
+    /// so the server still sees this process's requests in the order they were made, and
+    /// the round trip overlaps the caller's next work. Errors in the reply are dropped.
+    pub fn post(&self, req: &Request) -> Result<()> {
+        with_buffers(|(w, _)| {
+            wire::encode_request(req, w);
+            if self.gone.load(Ordering::Acquire) {
+                return Err(daemon_gone_error());
+            }
+            self.settle()?;
+            let slot = self.claim()?;
+            if let Err(e) = self.send(&slot, &w.0) {
+                slot.owner().store(FREE, Ordering::Release);
+                return Err(e);
+            }
+            // Counted before the slot is marked, so that `settle` waits until it finds it.
+            self.posted.fetch_add(1, Ordering::AcqRel);
+            slot.owner().store(POSTED, Ordering::Release);
+            Ok(())
+        })
+    }
+
+    /// How many posted requests await their answer (tests check that a call collects them).
+    pub fn posted(&self) -> u32 {
+        self.posted.load(Ordering::Acquire)
+    }
+
+    /// Wait until every posted request has been answered and free their slots.
+    fn settle(&self) -> Result<()> {
+        while self.posted.load(Ordering::Acquire) != 0 {
+            let mut found = false;
+            for i in 0..SLOTS_PER_CLIENT {
+                let s = self.mine.region().slot(i);
+                if s.owner()
+                    .compare_exchange(POSTED, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+                {
+                    continue;
+                }
+                found = true;
+                // On error the daemon is gone and the slot stays taken (see `gone`).
+                self.wait_reply(&s, s.request_seq().load(Ordering::Relaxed))?;
+                s.owner().store(FREE, Ordering::Release);
+                self.posted.fetch_sub(1, Ordering::AcqRel);
+            }
+            if !found {
+                // Another thread is collecting it, or its poster has not marked it yet.
+                if self.gone.load(Ordering::Acquire) {
+                    return Err(daemon_gone_error());
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
     }
 
     /// Send an encoded request and return the encoded reply (tests send forged bytes).
@@ -162,15 +217,21 @@ impl Remote {
         if self.gone.load(Ordering::Acquire) {
             return Err(daemon_gone_error());
         }
-        let slot = self.claim();
-        let result = self.round_trip(&slot, payload, reply);
+        self.settle()?;
+        let slot = self.claim()?;
+        let result = self
+            .send(&slot, payload)
+            .and_then(|seq| self.wait_reply(&slot, seq))
+            .map(|()| slot.get_reply(reply));
         if !self.gone.load(Ordering::Acquire) {
-            slot.owner().store(0, Ordering::Release);
+            slot.owner().store(FREE, Ordering::Release);
         }
         result
     }
 
-    fn round_trip(&self, slot: &shm::Slot<'_>, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
+    /// Put a request into a slot this thread has claimed and ring the doorbell; returns
+    /// the request's number.
+    fn send(&self, slot: &shm::Slot<'_>, payload: &[u8]) -> Result<u32> {
         let seq = slot.request_seq().load(Ordering::Relaxed).wrapping_add(1);
         slot.put_request(payload)
             .map_err(|e| Error::with_msg(libc::E2BIG, e.to_string()))?;
@@ -183,6 +244,12 @@ impl Remote {
         if self.common.sleeping().load(Ordering::SeqCst) != 0 {
             futex::wake(bell);
         }
+        Ok(seq)
+    }
+
+    /// Wait until the server has answered request `seq` in `slot`: spin, then yield, then
+    /// sleep, checking that the daemon is still there.
+    fn wait_reply(&self, slot: &shm::Slot<'_>, seq: u32) -> Result<()> {
         let (mut spins, mut yields) = (0u32, 0u32);
         let mut started: Option<Instant> = None;
         let mut slept = false;
@@ -216,7 +283,6 @@ impl Remote {
                 return Err(daemon_gone_error());
             }
         }
-        slot.get_reply(reply);
         if slept {
             slot.waiting().store(0, Ordering::Release);
         }
@@ -224,20 +290,40 @@ impl Remote {
     }
 
     /// A free request slot of this client (threads of one process share the client's slots).
-    fn claim(&self) -> shm::Slot<'_> {
+    fn claim(&self) -> Result<shm::Slot<'_>> {
         let mut round = 0usize;
         loop {
             for i in 0..SLOTS_PER_CLIENT {
                 let s = self.mine.region().slot((i + round) % SLOTS_PER_CLIENT);
                 if s.owner()
-                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(FREE, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return s;
+                    return Ok(s);
                 }
             }
             round += 1;
+            // Every slot busy: some may hold posted requests only this wait frees.
+            self.settle()?;
             std::thread::yield_now();
         }
     }
+}
+
+/// Run `f` with this thread's request and reply buffers, cleared: no allocation per call
+/// once they have grown (a nested call, from a signal handler say, uses buffers of its own).
+fn with_buffers<T>(f: impl FnOnce(&mut (Writer, Vec<u8>)) -> T) -> T {
+    thread_local! {
+        static BUFS: RefCell<(Writer, Vec<u8>)> =
+            const { RefCell::new((Writer(Vec::new()), Vec::new())) };
+    }
+    let mut f = Some(f);
+    let mut go = |b: &mut (Writer, Vec<u8>)| {
+        b.0.0.clear();
+        (f.take().expect("one use per call"))(b)
+    };
+    BUFS.try_with(|b| b.try_borrow_mut().ok().map(|mut b| go(&mut b)))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| go(&mut (Writer(Vec::new()), Vec::new())))
 }

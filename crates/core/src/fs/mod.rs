@@ -313,10 +313,10 @@ impl Fs {
     /// Close a handle (straight to the server when it is in this process).
     pub(crate) fn close_handle(&self, target: Handle, write: bool) -> Result<()> {
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).close(IN_PROCESS_CLIENT, target, write),
-            Transport::Remote(r) => r.call(&Request::Close { target, write }),
+            Transport::InProcess(m) => lock(m).close(IN_PROCESS_CLIENT, target, write).map(drop),
+            // Nothing waits for a close's answer: it is posted, and the next request waits.
+            Transport::Remote(r) => r.post(&Request::Close { target, write }),
         }
-        .map(drop)
     }
 
     /// Send an unlink; in-process, the name is not copied.
