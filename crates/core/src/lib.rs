@@ -8,6 +8,7 @@ pub(crate) mod fasthash;
 pub mod index;
 pub mod inode;
 pub mod layout;
+pub mod mapped;
 pub mod oplog;
 pub mod perm;
 

@@ -119,6 +119,13 @@ pub enum Request {
         target: Handle,
         write: bool,
     },
+    /// This client maps `target` shared (`on`), or has given one such mapping up: while
+    /// any client maps a file, writers of every client also update the mapping's backing
+    /// file (see `Fs::set_mapped`).
+    Mapped {
+        target: Handle,
+        on: bool,
+    },
     Statfs,
     Sync,
     /// Check (and optionally repair) the pool.
@@ -170,6 +177,7 @@ impl Request {
             Request::CommitWrite { .. } => "commit-write",
             Request::Open { .. } => "open",
             Request::Close { .. } => "close",
+            Request::Mapped { .. } => "mapped",
             Request::Statfs => "statfs",
             Request::Sync => "sync",
             Request::Fsck { .. } => "fsck",

@@ -271,6 +271,11 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             w.u8(*repair as u8);
         }
         Request::Stats => w.u8(17),
+        Request::Mapped { target, on } => {
+            w.u8(18);
+            w.handle(*target);
+            w.u8(*on as u8);
+        }
     }
 }
 
@@ -375,6 +380,10 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
             repair: r.u8()? != 0,
         },
         17 => Request::Stats,
+        18 => Request::Mapped {
+            target: r.handle()?,
+            on: r.u8()? != 0,
+        },
         _ => return Err(bad()),
     };
     r.done()?;
@@ -545,6 +554,10 @@ mod tests {
                 write: false,
             },
             Request::Stats,
+            Request::Mapped {
+                target: h,
+                on: true,
+            },
         ];
         for r in reqs {
             let mut w = Writer::default();

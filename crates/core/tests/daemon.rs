@@ -8,6 +8,8 @@ mod forged;
 mod isolation;
 #[path = "daemon/killed.rs"]
 mod killed;
+#[path = "daemon/mapped.rs"]
+mod mapped;
 #[path = "daemon/posted.rs"]
 mod posted;
 #[path = "daemon/walk_cache.rs"]
@@ -346,6 +348,7 @@ fn worker_entry() {
         "hold-and-hang" => killed::hold_and_hang(&fs),
         "overlap-writer" => killed::overlap_writer(&fs, &arg),
         "walk-change" => walk_cache::change(&fs, &arg),
+        "map-and-hang" => mapped::map_and_hang(&fs),
         "stray-store" => {
             let geo = fs.mount_info().geometry;
             let p = fs.pool().as_ptr();

@@ -2,15 +2,20 @@
 //! shared mapping is backed by a file in /dev/shm named after the inode, which every
 //! process mapping that inode shares (so that, for instance, SQLite's WAL index works
 //! between processes); msync, munmap, exit and exec write a writable one's changed pages
-//! back to EngramFS, where they become durable. Writes of this process to a file it maps
-//! go to the backing file too, so that its mappings see them (SQLite reads its database
-//! through a read-only mapping and writes it with pwrite).
+//! back to EngramFS, where they become durable. Writes to a file some process maps go to
+//! the backing file too, so that the mappings see them (SQLite reads its database through
+//! a read-only mapping and writes it with pwrite, from every process that opens it): the
+//! server keeps a bit per inode that some process maps shared (`Fs::set_mapped`), which
+//! every writer reads after its write. A mapping sets it before it fills a backing file
+//! from the file, and fills under an exclusive lock that writers of the backing file wait
+//! for (`FillLock`): a write is then either in what the fill read or written over it.
 
 use crate::io::{pread_of, pwrite_of};
 use crate::session::{self, op};
 use crate::table::OpenFile;
-use crate::util::{Res, errno, guard};
+use crate::util::{Res, en, errno, guard};
 use crate::{ours, real};
+use engram_core::Handle;
 use libc::{c_int, c_void, off_t, size_t};
 use std::cell::Cell;
 use std::ffi::CString;
@@ -74,6 +79,49 @@ fn maps() -> Maps {
     let g = MAPS.lock().unwrap_or_else(|e| e.into_inner());
     let _ = HOLDING.try_with(|h| h.set(true));
     Maps(g)
+}
+
+/// An open-file-description lock on one byte of a backing file far past its data: held
+/// exclusively while a backing file is filled from the file, shared while a write is
+/// copied into it (flock on the same file says who maps it; the two do not interact).
+struct FillLock(c_int);
+
+impl FillLock {
+    const AT: off_t = 1 << 62;
+
+    fn set(fd: c_int, kind: c_int) {
+        // SAFETY: plain data, for which all zeros is a valid value.
+        let mut l: libc::flock = unsafe { std::mem::zeroed() };
+        l.l_type = kind as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        l.l_start = Self::AT;
+        l.l_len = 1;
+        // SAFETY: an OFD lock request on our own descriptor with a valid flock struct. On
+        // failure (EINTR) the copy goes ahead unlocked, as it did before this lock.
+        unsafe {
+            real::fcntl(
+                fd,
+                libc::F_OFD_SETLKW,
+                &mut l as *mut libc::flock as libc::c_ulong,
+            )
+        };
+    }
+
+    fn exclusive(fd: c_int) -> FillLock {
+        Self::set(fd, libc::F_WRLCK);
+        FillLock(fd)
+    }
+
+    fn shared(fd: c_int) -> FillLock {
+        Self::set(fd, libc::F_RDLCK);
+        FillLock(fd)
+    }
+}
+
+impl Drop for FillLock {
+    fn drop(&mut self) {
+        Self::set(self.0, libc::F_UNLCK);
+    }
 }
 
 /// Fill `dst` from the file at `off` (zeros past its end).
@@ -174,39 +222,31 @@ fn shared(
         return Err(libc::EACCES);
     }
     let h = of.handle();
-    let name = CString::new(engram_core::sidefiles::map_file(
-        session::pool_id()?,
-        h.ino,
-        h.generation,
-    ))
-    .map_err(|_| libc::EINVAL)?;
-    // SAFETY: opening the backing file with the real call.
-    let fd = unsafe {
-        real::open(
-            name.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    let fd = crate::util::move_high(fd);
+    let name = backing_name(h)?;
+    // Before the backing file is filled: a writer that misses the bit wrote before the
+    // fill read the file.
+    session::fs()?.set_mapped(h, true).map_err(en)?;
+    let fd = open_backing(&name).inspect_err(|_| {
+        let _ = session::fs().map(|fs| fs.set_mapped(h, false));
+    })?;
     let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
     let setup = || -> Res<()> {
         // SAFETY: flock/ftruncate on our own backing descriptor.
         unsafe {
             if real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
                 // Nobody maps this inode: start from the file's current contents.
+                let _fill = FillLock::exclusive(fd);
                 let size = crate::io::size_of(of)?;
                 let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
                 if real::ftruncate(fd, 0) != 0 || real::ftruncate(fd, want as off_t) != 0 {
                     return Err(errno());
                 }
                 fill_backing(of, fd, 0, size.min(want))?;
+                drop(_fill);
                 real::flock(fd, libc::LOCK_SH);
             } else {
                 real::flock(fd, libc::LOCK_SH);
+                let _fill = FillLock::exclusive(fd);
                 let have = backing_size(fd)?;
                 if have < end {
                     if real::ftruncate(fd, end as off_t) != 0 {
@@ -244,9 +284,32 @@ fn shared(
         }
         Err(e) => {
             crate::ownfds::close(fd);
+            let _ = session::fs().map(|fs| fs.set_mapped(h, false));
             Err(e)
         }
     }
+}
+
+/// The backing file of inode `h` of this pool.
+fn backing_name(h: Handle) -> Res<CString> {
+    let name = engram_core::sidefiles::map_file(session::pool_id()?, h.ino, h.generation);
+    CString::new(name).map_err(|_| libc::EINVAL)
+}
+
+/// Open (making it if need be) the backing file `name`, at a high descriptor.
+fn open_backing(name: &CString) -> Res<c_int> {
+    // SAFETY: opening the backing file with the real call.
+    let fd = unsafe {
+        real::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    Ok(crate::util::move_high(fd))
 }
 
 /// Gives mappings up when dropped (after the call that replaced them).
@@ -399,6 +462,8 @@ fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
             // A piece after the hole: its own open description of the backing file, so
             // that giving one piece up never removes the file the other still maps.
             if let Some(fd) = reopen_backing(&m.name) {
+                // Each piece is given up on its own, and counted so.
+                let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), true));
                 all.push(Mapping {
                     addr: end,
                     len: me - end,
@@ -451,30 +516,53 @@ fn detach(a: usize, len: usize) -> Vec<Mapping> {
     cut(&mut all, a, end)
 }
 
-/// This process wrote `data` at `off` of `of`'s file: if it maps that file, the backing
-/// file (which its mappings, and other processes', show) gets the bytes too, as far as
-/// it reaches.
+/// This process wrote `data` at `off` of `of`'s file: if some process maps that file,
+/// the backing file (which the mappings show) gets the bytes too, as far as it reaches.
 pub fn written(of: &OpenFile, data: &[u8], off: u64) {
-    if NMAPS.load(Ordering::Acquire) == 0 || reentered() || data.is_empty() {
+    if data.is_empty() || reentered() {
         return;
     }
     let h = of.handle();
-    let all = maps();
-    let Some(m) = all.iter().find(|m| m.of.handle() == h) else {
+    if NMAPS.load(Ordering::Acquire) != 0 {
+        let all = maps();
+        if let Some(m) = all.iter().find(|m| m.of.handle() == h) {
+            copy_into_backing(m.backing, data, off);
+            return;
+        }
+    }
+    // Mapped by other processes only (one load when nobody maps it).
+    if !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
+        return;
+    }
+    let Ok(name) = backing_name(h) else {
         return;
     };
-    let Ok(size) = backing_size(m.backing) else {
+    // SAFETY: opening an existing backing file with the real call. Not there yet: the
+    // process that maps the file makes it and fills it from the file, after this write.
+    let fd = unsafe { real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd >= 0 {
+        copy_into_backing(fd, data, off);
+        crate::ownfds::close(fd);
+    }
+}
+
+/// Write `data` at `off` into a backing file, as far as it reaches, once no fill runs.
+fn copy_into_backing(fd: c_int, data: &[u8], off: u64) {
+    let _fill = FillLock::shared(fd);
+    let Ok(size) = backing_size(fd) else {
         return;
     };
     if off >= size {
         return;
     }
     let n = data.len().min((size - off) as usize);
-    // SAFETY: writing the caller's bytes into our backing descriptor.
-    unsafe { real::pwrite64(m.backing, data.as_ptr() as *const c_void, n, off as off_t) };
+    // SAFETY: writing the caller's bytes into a backing descriptor we hold.
+    unsafe { real::pwrite64(fd, data.as_ptr() as *const c_void, n, off as off_t) };
 }
 
 fn forget(m: Mapping) {
+    // Posted: nothing waits for it.
+    let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
     // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
     unsafe {
         if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {

@@ -67,25 +67,38 @@ fn programs_stored_in_the_pool_run() {
     p.fsck();
 }
 
-/// posix_spawn file actions that name pool paths (chdir, open) are carried out through the
-/// shim (glibc runs them with its own internal calls), and their errors returned; the
-/// children share the pool through the daemon.
-#[test]
-fn posix_spawn_file_actions_reach_the_pool() {
+/// Compile tests/c/NAME.c and run it through a daemon on a fresh pool, with the mount
+/// prefix as its argument; it prints OK when every check passed.
+fn c_program_via_daemon(name: &str, ok: &str) {
     if !require("gcc", "gcc") {
         return;
     }
-    let p = Pool::new("spawnfa", 64);
-    let exe = common::compile_c("spawnfa", &p.scratch);
+    let p = Pool::new(name, 64);
+    let exe = common::compile_c(name, &p.scratch);
     let mut c = p.command(exe.to_str().unwrap());
     c.arg(common::MOUNT);
     let out = output(c, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("SPAWNFA-OK"),
+        out.status.success() && stdout.contains(ok),
         "{:?}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     p.fsck();
+}
+
+/// posix_spawn file actions that name pool paths (chdir, open) are carried out through the
+/// shim (glibc runs them with its own internal calls), and their errors returned; the
+/// children share the pool through the daemon.
+#[test]
+fn posix_spawn_file_actions_reach_the_pool() {
+    c_program_via_daemon("spawnfa", "SPAWNFA-OK");
+}
+
+/// A shared mapping shows what other processes write with write(2), also processes that do
+/// not map the file (tests/c/mapshare.c).
+#[test]
+fn a_shared_mapping_shows_other_processes_writes() {
+    c_program_via_daemon("mapshare", "MAPSHARE-OK");
 }

@@ -110,6 +110,10 @@ impl Remote {
         self.common.seqs()
     }
 
+    pub fn mapped(&self) -> crate::mapped::MappedSet {
+        self.common.mapped()
+    }
+
     /// The descriptor and mapping of the server's region (tests check that a client can
     /// neither write the mapping nor map the descriptor writable).
     pub fn common_region(&self) -> (RawFd, *const u8) {

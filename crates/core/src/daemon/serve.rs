@@ -246,6 +246,7 @@ fn run(
     let shared = Arc::new(server::Shared {
         epochs: Epochs::shared(common.global_epoch(), area.epoch_groups(), shm::MAX_CLIENTS),
         seqs: common.seqs(),
+        mapped: common.mapped(),
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     let listener = bind(&opts.socket)?;

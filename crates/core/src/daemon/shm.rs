@@ -2,7 +2,8 @@
 //! is its own:
 //!
 //! - The **common region** (one memfd made by the server): a header (magic, inode count,
-//!   the server's `sleeping` flag, the global epoch) and the per-inode sequence counters.
+//!   the server's `sleeping` flag, the global epoch), the per-inode sequence counters and
+//!   the bit per inode that says some client maps it shared (`crate::mapped`).
 //!   Only the server writes it. Once the server has mapped it, the memfd is sealed against
 //!   new writable mappings, writes and resizing (`F_SEAL_FUTURE_WRITE`), so a client can map
 //!   it read-only and nothing else: a store into it faults in the client.
@@ -17,12 +18,14 @@
 //! epochs only hold reclamation back.
 
 use crate::epoch::{Atomics, SeqTable};
+use crate::mapped::MappedSet;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM2");
+/// Its last byte is the layout's version (3: the mapped bits after the counters).
+const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM3");
 /// The client region's layout version is its last byte: a client and a daemon of builds
 /// with different slot layouts must refuse each other, not wait for replies in the wrong
 /// place (2: request and reply blocks split by writer).
@@ -138,8 +141,13 @@ fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-fn common_len(inodes: usize) -> usize {
+/// Where the mapped bits start: after the counters, a page boundary.
+fn mapped_off(inodes: usize) -> usize {
     C_SEQS + (inodes * 8).div_ceil(PAGE) * PAGE
+}
+
+fn common_len(inodes: usize) -> usize {
+    mapped_off(inodes) + (MappedSet::words(inodes as u64) * 8).div_ceil(PAGE) * PAGE
 }
 
 /// The common region: read/write in the server, read-only in clients.
@@ -222,6 +230,11 @@ impl Common {
 
     pub fn seqs(&self) -> SeqTable {
         SeqTable::shared(self.atomics(C_SEQS, self.inodes))
+    }
+
+    pub fn mapped(&self) -> MappedSet {
+        let words = MappedSet::words(self.inodes as u64);
+        MappedSet::shared(self.atomics(mapped_off(self.inodes), words))
     }
 
     /// Set while the server sleeps: a client that posts a request then rings its doorbell.

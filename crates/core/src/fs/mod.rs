@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
 use crate::inode::{self, InodeData};
 use crate::layout::{Geometry, Superblock};
+use crate::mapped::MappedSet;
 use crate::perm::Creds;
 use crate::range_lock::RangeLock;
 use crate::recovery;
@@ -130,6 +131,7 @@ impl Fs {
         let shared = Arc::new(Shared {
             epochs: Epochs::new(EPOCH_SLOTS),
             seqs: SeqTable::new(geo.inode_count),
+            mapped: MappedSet::new(geo.inode_count),
         });
         let info = MountInfo {
             media: pool.media(),
@@ -173,6 +175,7 @@ impl Fs {
         let shared = Arc::new(Shared {
             epochs: remote.epochs(),
             seqs: remote.seqs(),
+            mapped: remote.mapped(),
         });
         let info = MountInfo {
             media: pool.media(),
@@ -317,6 +320,22 @@ impl Fs {
             // Nothing waits for a close's answer: it is posted, and the next request waits.
             Transport::Remote(r) => r.post(&Request::Close { target, write }),
         }
+    }
+
+    /// This process maps `target` shared (`on`), or gave one such mapping up. While any
+    /// process maps a file, `mapped_anywhere` tells every process's writers so (the shim
+    /// then writes their bytes into the mappings' backing file too). Giving up is posted.
+    pub fn set_mapped(&self, target: Handle, on: bool) -> Result<()> {
+        match &self.core.transport {
+            Transport::InProcess(m) => lock(m).mapped(IN_PROCESS_CLIENT, target, on).map(drop),
+            Transport::Remote(r) if on => r.call(&Request::Mapped { target, on }).map(drop),
+            Transport::Remote(r) => r.post(&Request::Mapped { target, on }),
+        }
+    }
+
+    /// Whether some process maps inode `ino` shared (see `set_mapped`); one load.
+    pub fn mapped_anywhere(&self, ino: u64) -> bool {
+        self.core.shared.mapped.contains(ino)
     }
 
     /// Send an unlink; in-process, the name is not copied.

@@ -8,6 +8,7 @@
 mod data;
 mod fsck;
 pub use fsck::FsckReport;
+mod mapped;
 mod named;
 mod namespace;
 mod opens;
@@ -51,6 +52,7 @@ const CREATED_TOKENS: usize = 16;
 pub struct Shared {
     pub epochs: Epochs,
     pub seqs: SeqTable,
+    pub mapped: crate::mapped::MappedSet,
 }
 
 pub struct Server {
@@ -70,6 +72,8 @@ pub struct Server {
     scratch: data::Scratch,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
     created: FastMap<ClientId, Vec<u64>>,
+    /// Shared mappings clients hold (see `crate::mapped`).
+    mappings: mapped::Mappings,
     /// Pending frees at which `retire` next tries to reclaim.
     reclaim_at: usize,
     /// Set by `shutdown`: the pool is marked clean and takes no more requests.
@@ -114,6 +118,7 @@ impl Server {
             reservations: FastMap::default(),
             scratch: data::Scratch::default(),
             created: FastMap::default(),
+            mappings: mapped::Mappings::default(),
             reclaim_at: RECLAIM_BATCH,
             closed: false,
             failed: None,
@@ -211,6 +216,7 @@ impl Server {
             } => self.commit_write(client, target, &pages, end, check.as_ref()),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
+            Request::Mapped { target, on } => self.mapped(client, target, on),
             Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Statfs => Ok(Response::StatFs(self.statfs())),
@@ -563,6 +569,7 @@ impl Server {
                 self.alloc.release_now(Item::DataPage(p));
             }
         }
+        self.release_mappings(client);
         self.release_client(client);
     }
 

@@ -169,6 +169,13 @@ impl Server {
         Ok(Response::Done)
     }
 
+    /// Whether `client` holds `ino` open.
+    pub(super) fn holds_open(&mut self, client: ClientId, ino: u64) -> bool {
+        self.open
+            .get_mut(&ino)
+            .is_some_and(|h| h.find(client).is_some())
+    }
+
     /// The last handle of `ino` is closed: free it if it has no name left.
     fn free_if_unlinked(&mut self, ino: u64) -> Result<()> {
         // Most files closed still have a name: one load tells.

@@ -122,6 +122,22 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
             keep_size: false,
         },
         Request::Reserve { pages: u64::MAX },
+        // Not held open by this client, or never counted.
+        Request::Mapped {
+            target: good,
+            on: true,
+        },
+        Request::Mapped {
+            target: good,
+            on: false,
+        },
+        Request::Mapped {
+            target: Handle {
+                ino: u64::MAX,
+                generation: 0,
+            },
+            on: true,
+        },
     ];
     for req in &forged {
         let mut w = Writer::default();

@@ -21,7 +21,7 @@ pub fn hold_and_hang(fs: &Fs) {
 
 /// Wait for `cond` without a time limit on the assertion itself: the daemon notices a dead
 /// client asynchronously. Gives up (and lets the caller's assertion fail) after a minute.
-fn eventually(mut cond: impl FnMut() -> bool) {
+pub fn eventually(mut cond: impl FnMut() -> bool) {
     for _ in 0..6000 {
         if cond() {
             return;

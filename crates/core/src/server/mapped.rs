@@ -1,0 +1,86 @@
+//! Shared mappings: how many each client holds of each inode (`Request::Mapped`), and the
+//! bit per inode (`MappedSet`) that tells every client's writes to update the mappings.
+
+use super::{ClientId, Server};
+use crate::error::{Error, Result};
+use crate::fasthash::FastMap;
+use crate::request::{Handle, Response};
+
+/// Inodes one client may count as mapped at once (a forged client can only make other
+/// clients' writes slower, and not without bound).
+const MAPPED_PER_CLIENT: usize = 1 << 16;
+
+/// Mappings per client and inode, and per inode in all.
+#[derive(Default)]
+pub(super) struct Mappings {
+    by_client: FastMap<ClientId, FastMap<u64, u32>>,
+    total: FastMap<u64, u32>,
+}
+
+impl Server {
+    /// `Request::Mapped`: `client` maps `target` shared (it must hold it open), or gave
+    /// one such mapping up.
+    pub(crate) fn mapped(
+        &mut self,
+        client: ClientId,
+        target: Handle,
+        on: bool,
+    ) -> Result<Response> {
+        self.running()?;
+        if on {
+            self.check_handle(target)?;
+            if !self.holds_open(client, target.ino) {
+                return Err(Error::EBADF);
+            }
+            let mine = self.mappings.by_client.entry(client).or_default();
+            if mine.len() >= MAPPED_PER_CLIENT && !mine.contains_key(&target.ino) {
+                return Err(Error::with_msg(
+                    libc::ENFILE,
+                    "too many files mapped shared by one process",
+                ));
+            }
+            *mine.entry(target.ino).or_default() += 1;
+            let total = self.mappings.total.entry(target.ino).or_default();
+            *total += 1;
+            if *total == 1 {
+                self.shared.mapped.set(target.ino, true);
+            }
+        } else {
+            let counted = self
+                .mappings
+                .by_client
+                .get_mut(&client)
+                .and_then(|m| m.get_mut(&target.ino))
+                .ok_or(Error::EINVAL)?;
+            *counted -= 1;
+            if *counted == 0 {
+                self.mappings
+                    .by_client
+                    .get_mut(&client)
+                    .map(|m| m.remove(&target.ino));
+            }
+            self.unmap(target.ino, 1);
+        }
+        Ok(Response::Done)
+    }
+
+    /// Take `n` mappings of `ino` off its total; clear its bit at zero.
+    fn unmap(&mut self, ino: u64, n: u32) {
+        if let Some(total) = self.mappings.total.get_mut(&ino) {
+            *total = total.saturating_sub(n);
+            if *total == 0 {
+                self.mappings.total.remove(&ino);
+                self.shared.mapped.set(ino, false);
+            }
+        }
+    }
+
+    /// A client is gone: its mappings with it.
+    pub(super) fn release_mappings(&mut self, client: ClientId) {
+        if let Some(mine) = self.mappings.by_client.remove(&client) {
+            for (ino, n) in mine {
+                self.unmap(ino, n);
+            }
+        }
+    }
+}

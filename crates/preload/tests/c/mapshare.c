@@ -1,0 +1,89 @@
+/* A shared mapping shows what other processes write to the file with write(2), including
+ * processes that do not map it themselves (SQLite with mmap_size reads its database through
+ * a mapping and other connections write it with pwrite). argv[1]: the mount prefix. Run
+ * through a daemon. The writers are this program again, run by fork and exec (a forked
+ * child that did not exec would still hold the parent's mappings). Prints MAPSHARE-OK. */
+#define _GNU_SOURCE
+#include "check.h"
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *self;
+
+/* Run this program as `self ROLE path` and wait for it to succeed. */
+static void in_child(const char *role, const char *path) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        execl(self, self, role, path, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void write_hello(const char *path) {
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, "hello from a child", 18, 100) == 18);
+    CHECK(pwrite(fd, "second page", 11, 4096 + 7) == 11);
+    CHECK(close(fd) == 0);
+}
+
+static void write_again(const char *path) {
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, "again", 5, 100) == 5);
+    CHECK(close(fd) == 0);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc >= 2);
+    self = argv[0];
+    if (argc == 3 && strcmp(argv[1], "hello") == 0) {
+        write_hello(argv[2]);
+        return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "again") == 0) {
+        write_again(argv[2]);
+        return 0;
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/mapshare", argv[1]);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    char page[8192];
+    memset(page, 'a', sizeof page);
+    CHECK(write(fd, page, sizeof page) == (ssize_t)sizeof page);
+
+    /* A read-only shared mapping of a file open for writing (SQLite's). */
+    char *p = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(p[100] == 'a');
+    in_child("hello", path);
+    CHECK(memcmp(p + 100, "hello from a child", 18) == 0);
+    CHECK(memcmp(p + 4096 + 7, "second page", 11) == 0);
+
+    /* A second mapping, writable, of the same file: one backing file, both see it. */
+    char *q = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(q != MAP_FAILED);
+    in_child("again", path);
+    CHECK(memcmp(p + 100, "again from a child", 18) == 0);
+    CHECK(memcmp(q + 100, "again from a child", 18) == 0);
+    CHECK(munmap(q, 8192) == 0 && munmap(p, 8192) == 0);
+
+    /* Mapped anew after the writes: the file's contents. */
+    p = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(memcmp(p + 100, "again from a child", 18) == 0);
+    in_child("hello", path);
+    CHECK(memcmp(p + 100, "hello from a child", 18) == 0);
+    CHECK(munmap(p, 8192) == 0);
+    CHECK(close(fd) == 0);
+    printf("MAPSHARE-OK\n");
+    return 0;
+}
