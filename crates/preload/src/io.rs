@@ -38,8 +38,9 @@ pub fn pwrite_of(of: &OpenFile, data: &[u8], off: u64) -> Res<usize> {
     if !of.writable() {
         return Err(libc::EBADF);
     }
-    let n = of.with_file(|f| f.write_at(data, off).map_err(en))?;
-    crate::mmap::written(of, &data[..n], off);
+    let (n, end) = of.with_file(|f| f.write_at_end(data, off).map_err(en))?;
+    // Where the bytes went: opened for appending, the end of file, whatever `off` said.
+    crate::mmap::written(of, &data[..n], end - n as u64);
     Ok(n)
 }
 
@@ -49,10 +50,8 @@ pub fn write_of(of: &OpenFile, data: &[u8]) -> Res<usize> {
         if !of.writable() {
             return Err(libc::EBADF);
         }
-        let (n, end) = of.with_file(|f| {
-            let n = f.write_at(data, 0).map_err(en)?;
-            Ok((n, f.metadata().map_err(en)?.size))
-        })?;
+        let (n, end) = of.with_file(|f| f.write_at_end(data, 0).map_err(en))?;
+        crate::mmap::written(of, &data[..n], end - n as u64);
         of.set_offset(end);
         return Ok(n);
     }

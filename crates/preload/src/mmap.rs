@@ -36,6 +36,8 @@ struct Mapping {
     /// The process generation (`session::generation`) that made it: a forked child leaves
     /// its parent's mappings to the parent.
     born: u64,
+    /// Counted by the daemon for this process (`Fs::set_mapped`): given up when forgotten.
+    counted: bool,
 }
 
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
@@ -96,15 +98,18 @@ impl FillLock {
         l.l_whence = libc::SEEK_SET as libc::c_short;
         l.l_start = Self::AT;
         l.l_len = 1;
-        // SAFETY: an OFD lock request on our own descriptor with a valid flock struct. On
-        // failure (EINTR) the copy goes ahead unlocked, as it did before this lock.
-        unsafe {
+        // Retried when a signal interrupts the wait; any other failure (not expected on a
+        // descriptor we hold) lets the copy go ahead unlocked.
+        // SAFETY: an OFD lock request on our own descriptor with a valid flock struct.
+        while unsafe {
             real::fcntl(
                 fd,
                 libc::F_OFD_SETLKW,
                 &mut l as *mut libc::flock as libc::c_ulong,
             )
-        };
+        } != 0
+            && errno() == libc::EINTR
+        {}
     }
 
     fn exclusive(fd: c_int) -> FillLock {
@@ -223,30 +228,29 @@ fn shared(
     }
     let h = of.handle();
     let name = backing_name(h)?;
+    // The daemon counts mappings of files this process holds open: a description
+    // inherited across fork or exec is opened on first use.
+    of.with_file(|_| Ok(()))?;
     // Before the backing file is filled: a writer that misses the bit wrote before the
     // fill read the file.
     session::fs()?.set_mapped(h, true).map_err(en)?;
-    let fd = open_backing(&name).inspect_err(|_| {
+    let (fd, first) = lock_backing(&name).inspect_err(|_| {
         let _ = session::fs().map(|fs| fs.set_mapped(h, false));
     })?;
     let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
     let setup = || -> Res<()> {
-        // SAFETY: flock/ftruncate on our own backing descriptor.
+        let _fill = FillLock::exclusive(fd);
+        // SAFETY: ftruncate on our own backing descriptor.
         unsafe {
-            if real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+            if first {
                 // Nobody maps this inode: start from the file's current contents.
-                let _fill = FillLock::exclusive(fd);
                 let size = crate::io::size_of(of)?;
                 let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
                 if real::ftruncate(fd, 0) != 0 || real::ftruncate(fd, want as off_t) != 0 {
                     return Err(errno());
                 }
                 fill_backing(of, fd, 0, size.min(want))?;
-                drop(_fill);
-                real::flock(fd, libc::LOCK_SH);
             } else {
-                real::flock(fd, libc::LOCK_SH);
-                let _fill = FillLock::exclusive(fd);
                 let have = backing_size(fd)?;
                 if have < end {
                     if real::ftruncate(fd, end as off_t) != 0 {
@@ -257,6 +261,14 @@ fn shared(
             }
         }
         Ok(())
+    };
+    let setup = || {
+        let r = setup();
+        if first {
+            // SAFETY: flock on our own backing descriptor: from now on shared.
+            unsafe { real::flock(fd, libc::LOCK_SH) };
+        }
+        r
     };
     let mapped = setup().and_then(|_| {
         // SAFETY: mapping the backing file as the caller asked.
@@ -278,6 +290,7 @@ fn shared(
                 name,
                 writable,
                 born: session::generation(),
+                counted: true,
             });
             NMAPS.fetch_add(1, Ordering::AcqRel);
             Ok(p)
@@ -294,6 +307,29 @@ fn shared(
 fn backing_name(h: Handle) -> Res<CString> {
     let name = engram_core::sidefiles::map_file(session::pool_id()?, h.ino, h.generation);
     CString::new(name).map_err(|_| libc::EINVAL)
+}
+
+/// Open (making it if need be) the backing file `name` and lock it: exclusively if no
+/// other process maps it (returns true: its contents are to be filled), shared otherwise.
+/// A file removed between the open and the lock by the last process giving its mapping up
+/// is opened again: a mapping of it would miss every later write.
+fn lock_backing(name: &CString) -> Res<(c_int, bool)> {
+    loop {
+        let fd = open_backing(name)?;
+        // SAFETY: flock and fstat on our own backing descriptor, into a local buffer.
+        let (first, linked) = unsafe {
+            let first = real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0;
+            if !first {
+                real::flock(fd, libc::LOCK_SH);
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            (first, real::fstat(fd, &mut st) == 0 && st.st_nlink > 0)
+        };
+        if linked {
+            return Ok((fd, first));
+        }
+        crate::ownfds::close(fd);
+    }
 }
 
 /// Open (making it if need be) the backing file `name`, at a high descriptor.
@@ -359,8 +395,8 @@ macro_rules! mmaps {
                 // A read-only shared mapping of a file opened for writing joins the backing
                 // file, so that the process's writes show in it (SQLite maps its database
                 // read-only and writes it with pwrite); of a file opened read-only (rustc's
-                // and ripgrep's maps) it stays a copy: a backing file joined later keeps
-                // what processes that do not map the file wrote since.
+                // and ripgrep's maps) it stays a copy of the file at mmap time, without a
+                // file in /dev/shm or a round trip to count it.
                 let is_shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
                 if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
                     shared(&of, addr, len, prot, flags, off as u64)
@@ -462,8 +498,9 @@ fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
             // A piece after the hole: its own open description of the backing file, so
             // that giving one piece up never removes the file the other still maps.
             if let Some(fd) = reopen_backing(&m.name) {
-                // Each piece is given up on its own, and counted so.
-                let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), true));
+                // Each piece is given up on its own, and so counted on its own.
+                let counted = m.counted
+                    && session::fs().is_ok_and(|fs| fs.set_mapped(m.of.handle(), true).is_ok());
                 all.push(Mapping {
                     addr: end,
                     len: me - end,
@@ -473,6 +510,7 @@ fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
                     name: m.name.clone(),
                     writable: m.writable,
                     born: m.born,
+                    counted,
                 });
                 NMAPS.fetch_add(1, Ordering::AcqRel);
             }
@@ -541,6 +579,8 @@ pub fn written(of: &OpenFile, data: &[u8], off: u64) {
     // process that maps the file makes it and fills it from the file, after this write.
     let fd = unsafe { real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
     if fd >= 0 {
+        // Among the shim's own numbers, out of the program's way for the copy.
+        let fd = crate::util::move_high(fd);
         copy_into_backing(fd, data, off);
         crate::ownfds::close(fd);
     }
@@ -561,8 +601,13 @@ fn copy_into_backing(fd: c_int, data: &[u8], off: u64) {
 }
 
 fn forget(m: Mapping) {
-    // Posted: nothing waits for it.
-    let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
+    if m.born != session::generation() {
+        // A forked child's copy of its parent's mapping: its descriptor shares the
+        // parent's lock, and the parent, which counted it, gives it up.
+        crate::ownfds::close(m.backing);
+        NMAPS.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
     // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
     unsafe {
         if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {
@@ -570,6 +615,12 @@ fn forget(m: Mapping) {
         }
     }
     crate::ownfds::close(m.backing);
+    // Only now, with this process's lock gone: while the bit is clear no process holds the
+    // backing file, so a new mapping finds it gone or fills it afresh, never joins a file
+    // that missed writes. Posted: nothing waits for it.
+    if m.counted {
+        let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
+    }
     NMAPS.fetch_sub(1, Ordering::AcqRel);
 }
 

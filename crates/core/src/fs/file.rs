@@ -265,8 +265,13 @@ impl File {
 
     /// Write at `off` without moving the offset (O_APPEND files write at the end).
     pub fn write_at(&self, data: &[u8], off: u64) -> Result<usize> {
+        self.write_at_end(data, off).map(|(n, _)| n)
+    }
+
+    /// `write_at`, also returning where the written bytes end (opened for appending: the
+    /// end of file they were added at, not `off`).
+    pub fn write_at_end(&self, data: &[u8], off: u64) -> Result<(usize, u64)> {
         self.write_inner(data, if self.opts.append { None } else { Some(off) })
-            .map(|(n, _)| n)
     }
 
     /// Change the size (ftruncate).

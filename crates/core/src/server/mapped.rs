@@ -10,6 +10,9 @@ use crate::request::{Handle, Response};
 /// clients' writes slower, and not without bound).
 const MAPPED_PER_CLIENT: usize = 1 << 16;
 
+/// Mappings of one inode in all (so that no count can wrap round).
+const MAPPINGS_PER_INODE: u32 = 1 << 30;
+
 /// Mappings per client and inode, and per inode in all.
 #[derive(Default)]
 pub(super) struct Mappings {
@@ -39,9 +42,15 @@ impl Server {
                     "too many files mapped shared by one process",
                 ));
             }
-            *mine.entry(target.ino).or_default() += 1;
             let total = self.mappings.total.entry(target.ino).or_default();
+            if *total >= MAPPINGS_PER_INODE {
+                return Err(Error::with_msg(
+                    libc::ENFILE,
+                    "too many shared mappings of one file",
+                ));
+            }
             *total += 1;
+            *mine.entry(target.ino).or_default() += 1;
             if *total == 1 {
                 self.shared.mapped.set(target.ino, true);
             }

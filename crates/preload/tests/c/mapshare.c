@@ -10,20 +10,46 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 static const char *self;
 
-/* Run this program as `self ROLE path` and wait for it to succeed. */
-static void in_child(const char *role, const char *path) {
+static void wait_ok(pid_t pid) {
+    int st;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Run this program as `self ROLE path [arg]` and wait for it to succeed. */
+static void in_child_arg(const char *role, const char *path, const char *arg) {
     pid_t pid = fork();
-    CHECK(pid >= 0);
     if (pid == 0) {
-        execl(self, self, role, path, (char *)NULL);
+        execl(self, self, role, path, arg, (char *)NULL);
         _exit(127);
     }
-    int st;
-    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wait_ok(pid);
+}
+
+static void in_child(const char *role, const char *path) {
+    in_child_arg(role, path, NULL);
+}
+
+/* Appends "xyz" through O_APPEND, then pwrite "QQQ" at 0 on that descriptor, which Linux
+ * puts at the end of file as well. */
+static void append(const char *path) {
+    int fd = open(path, O_WRONLY | O_APPEND);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "xyz", 3) == 3);
+    CHECK(pwrite(fd, "QQQ", 3, 0) == 3);
+    CHECK(close(fd) == 0);
+}
+
+/* A shared mapping of a descriptor this image inherited and never used. */
+static void map_inherited(int fd) {
+    char *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(p[0] == 'a' || p[0] == 'h');
+    CHECK(munmap(p, 4096) == 0);
 }
 
 static void write_hello(const char *path) {
@@ -50,6 +76,14 @@ int main(int argc, char **argv) {
     }
     if (argc == 3 && strcmp(argv[1], "again") == 0) {
         write_again(argv[2]);
+        return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "append") == 0) {
+        append(argv[2]);
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "inherited") == 0) {
+        map_inherited(atoi(argv[3]));
         return 0;
     }
     char path[512];
@@ -83,6 +117,32 @@ int main(int argc, char **argv) {
     in_child("hello", path);
     CHECK(memcmp(p + 100, "hello from a child", 18) == 0);
     CHECK(munmap(p, 8192) == 0);
+
+    /* Appends are seen where they land, also a pwrite on an O_APPEND descriptor. */
+    CHECK(ftruncate(fd, 100) == 0);
+    char *r = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(r != MAP_FAILED);
+    in_child("append", path);
+    CHECK(memcmp(r + 100, "xyzQQQ", 6) == 0);
+    CHECK(memcmp(r, "aaa", 3) == 0);
+
+    /* A forked child, and an image exec'd with the descriptor, map it without having
+     * used it before. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        map_inherited(fd);
+        /* The child gives up its copy of the parent's mapping: the parent's stays
+         * counted and keeps its backing file. */
+        CHECK(munmap(r, 4096) == 0);
+        _exit(0);
+    }
+    wait_ok(pid);
+    char num[16];
+    snprintf(num, sizeof num, "%d", fd);
+    in_child_arg("inherited", path, num);
+    in_child("hello", path);
+    CHECK(memcmp(r + 100, "hello from a child", 18) == 0);
+    CHECK(munmap(r, 4096) == 0);
     CHECK(close(fd) == 0);
     printf("MAPSHARE-OK\n");
     return 0;
