@@ -33,7 +33,8 @@ pub const RENAME_EXCHANGE: u32 = 2;
 /// process changed those pages or the size meanwhile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteCheck {
-    /// The page each updated file page held (0 for a hole), in the order of `pages`.
+    /// The page each updated file page held (0 for a hole), in the order of `pages`; empty
+    /// for a write of whole pages (start and end page-aligned), which keeps no old byte.
     pub old_pages: Vec<u64>,
     /// The size the client saw.
     pub size_seen: u64,

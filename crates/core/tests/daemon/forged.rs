@@ -284,6 +284,17 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
     };
     let r = send(&fs, &commit(vec![], 1 << 20, Some(empty)));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    // No old pages, which only a write of whole pages may leave out: a start or an end
+    // inside a page is refused.
+    for (start, end) in [(100, 4096), (0, 4000)] {
+        let partial = WriteCheck {
+            old_pages: vec![],
+            size_seen: 5000,
+            start,
+        };
+        let r = send(&fs, &commit(vec![(0, page)], end, Some(partial)));
+        unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    }
     // The legitimate paths still work: a write through the write-open, fallocate too.
     rw.write_at(b"ok", 4999).unwrap();
     rw.allocate(0, 8192, true).unwrap();

@@ -128,7 +128,6 @@ impl File {
         let lock = self.range_lock();
         // Lock from the page of min(offset, size): the gap between the old end of file and
         // the write is ours to zero. Appends lock to infinity so that they take turns.
-        let seq = core.shared.seqs.counter(self.handle.ino);
         let (_guard, d, at, off) = loop {
             // Only a hint (read without the inode's sequence counter): checked below.
             let size = core
@@ -161,22 +160,17 @@ impl File {
         let first = off / PAGE;
         let last = end.div_ceil(PAGE);
         s.old.clear();
-        let walked = if last - first == 1 {
-            // One page (most writes): the plain walk is shorter.
-            index::lookup(&core.pool, &core.geo, d.root, d.height, first).map(|p| s.old.push(p))
+        // Whole pages: no old byte survives, so the old pages are not needed (nor, through
+        // the daemon, the index lines the server's last commit wrote, each a transfer from
+        // its core), and the server has nothing of them to check (it still checks the size
+        // a write past the end saw). Alone, a process needs them past the end of file,
+        // where pages allocated ahead are written in place.
+        let whole = off % PAGE == 0 && end % PAGE == 0 && (shared || end <= d.size);
+        if whole {
+            s.old.resize((last - first) as usize, 0);
         } else {
-            let tree = (d.root, d.height);
-            index::lookup_range(&core.pool, &core.geo, tree, first, last, &mut s.old)
-        };
-        // The walk reads index nodes that another writer of the file (a thread writing
-        // another range, another process) may replace, retire and see reused meanwhile:
-        // what it found, or the error it met, holds only if no commit changed the file
-        // since `d` was read (the walk's lookups keep to the pool, whatever they read).
-        // Otherwise the write starts again (EAGAIN is retried by `write_chunk`).
-        if !seq.ok(at) {
-            return Err(Error::from_errno(libc::EAGAIN));
+            self.walk_old(s, &d, at, first, last)?;
         }
-        walked?;
         let fresh = (first..last)
             .zip(&s.old)
             .filter(|&(pg, &old)| copies(shared, &d, off, pg, old))
@@ -185,7 +179,7 @@ impl File {
         let copied = self.fill_pages(s, &d, data, off, end);
         let check = match copied {
             Ok(()) if shared => Some(WriteCheck {
-                old_pages: s.old.clone(),
+                old_pages: if whole { Vec::new() } else { s.old.clone() },
                 size_seen: d.size,
                 start: off,
             }),
@@ -209,6 +203,36 @@ impl File {
             return Err(e);
         }
         Ok(end)
+    }
+
+    /// The data pages (0 for a hole) of pages `first..last` into `s.old`, as of the inode
+    /// `d` read at counter value `at`.
+    fn walk_old(
+        &self,
+        s: &mut WriteScratch,
+        d: &InodeData,
+        at: u64,
+        first: u64,
+        last: u64,
+    ) -> Result<()> {
+        let core = &*self.fs.core;
+        let seq = core.shared.seqs.counter(self.handle.ino);
+        let walked = if last - first == 1 {
+            // One page (most writes): the plain walk is shorter.
+            index::lookup(&core.pool, &core.geo, d.root, d.height, first).map(|p| s.old.push(p))
+        } else {
+            let tree = (d.root, d.height);
+            index::lookup_range(&core.pool, &core.geo, tree, first, last, &mut s.old)
+        };
+        // The walk reads index nodes that another writer of the file (a thread writing
+        // another range, another process) may replace, retire and see reused meanwhile:
+        // what it found, or the error it met, holds only if no commit changed the file
+        // since `d` was read (the walk's lookups keep to the pool, whatever they read).
+        // Otherwise the write starts again (EAGAIN is retried by `write_chunk`).
+        if !seq.ok(at) {
+            return Err(Error::from_errno(libc::EAGAIN));
+        }
+        walked
     }
 
     /// Copy `data` (written at `off`, ending at `end`) into the fresh pages of `s` (or in
