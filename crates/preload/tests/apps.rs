@@ -242,6 +242,57 @@ fn sqlite_reads_through_its_mapping_what_it_wrote() {
     p.fsck();
 }
 
+/// A long-lived connection reading its database through a mapping (python's sqlite3 module,
+/// `mmap_size`) and, each round, a new sqlite3 process that does not map it take turns
+/// incrementing one counter (the second also rewrites a blob, so pages move): each must
+/// see the other's increment. Before writes of processes that do not map a file reached
+/// the others' mappings, the connection read stale pages: increments were lost from the
+/// second round, and then "database disk image is malformed".
+const PINGPONG: &str = r#"
+import sqlite3, subprocess, sys
+db = sys.argv[1]
+subprocess.run(['sqlite3', db, 'PRAGMA journal_mode=DELETE',
+    'CREATE TABLE c(id INTEGER PRIMARY KEY, n INT, pad BLOB)',
+    'INSERT INTO c VALUES(1, 0, randomblob(3000))', 'CREATE TABLE g(x)'],
+    check=True, stdout=subprocess.DEVNULL)
+a = sqlite3.connect(db, isolation_level=None, timeout=30)
+assert a.execute('PRAGMA mmap_size=268435456').fetchone() == (268435456,)
+rounds = 30
+for i in range(1, rounds + 1):
+    r = subprocess.run(['sqlite3', db, 'PRAGMA busy_timeout=30000',
+        f'UPDATE c SET n=n+1, pad=randomblob({3000 + i % 50}) WHERE id=1',
+        f'INSERT INTO g VALUES(randomblob({500 + 37 * i}))'], capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    a.execute('BEGIN IMMEDIATE')
+    a.execute('UPDATE c SET n=n+1 WHERE id=1')
+    n = a.execute('SELECT n FROM c').fetchone()[0]
+    a.execute('COMMIT')
+    assert n == 2 * i, f'round {i}: the mapping read n={n - 1} before its increment'
+a.close()
+out = subprocess.run(['sqlite3', db, 'SELECT n FROM c', 'SELECT count(*) FROM g',
+    'PRAGMA integrity_check'], capture_output=True, text=True).stdout.split()
+assert out == [str(2 * rounds), str(rounds), 'ok'], out
+print('PINGPONG-OK')
+"#;
+
+#[test]
+fn sqlite_mapping_sees_the_writes_of_processes_that_do_not_map_it() {
+    if !require("sqlite3", "sqlite3") || !require("python3", "python3") {
+        return;
+    }
+    let p = Pool::new("sqlite-pingpong", 128);
+    let mut c = p.command("python3");
+    c.args(["-c", PINGPONG, "/mnt/engram/pp.db"]);
+    let out = output(c, Duration::from_secs(300));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("PINGPONG-OK"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.fsck();
+}
+
 #[test]
 fn sqlite_wal_and_rollback_journal_survive_reopen_and_kill() {
     if !require("sqlite3", "sqlite3") {
