@@ -181,3 +181,56 @@ fn single_page_reads_race_overwrites_and_truncates() {
     });
     assert_clean(&fs);
 }
+
+/// SEEK_DATA and SEEK_HOLE find the pages the file maps and the holes between them; a hole
+/// past the last data page runs to the end of file, and at or past it both give ENXIO.
+#[test]
+fn seek_data_and_hole_find_mapped_pages_and_holes() {
+    let (_p, fs) = new_fs("rp-sparse", 64);
+    let f = fs.open_file("/sparse", &rw().create(true)).unwrap();
+    let enxio = |r: engram_core::Result<u64>| r.unwrap_err().errno() == libc::ENXIO;
+    f.write_at(b"x", 0).unwrap();
+    // Pages: 0 data, 1-2 holes, 3-4 data, 5-9 holes, 10 data (partly: the end of file).
+    f.write_at(&[1u8; 2 * PAGE], 3 * PAGE as u64).unwrap();
+    f.write_at(b"tail", 10 * PAGE as u64 + 100).unwrap();
+    let size = 10 * PAGE as u64 + 104;
+    assert_eq!(f.seek_data(0).unwrap(), 0);
+    assert_eq!(f.seek_hole(0).unwrap(), PAGE as u64);
+    assert_eq!(f.seek_hole(10).unwrap(), PAGE as u64);
+    assert_eq!(f.seek_data(PAGE as u64 + 5).unwrap(), 3 * PAGE as u64);
+    assert_eq!(
+        f.seek_hole(PAGE as u64 + 5).unwrap(),
+        PAGE as u64 + 5,
+        "inside a hole"
+    );
+    assert_eq!(
+        f.seek_data(3 * PAGE as u64 + 7).unwrap(),
+        3 * PAGE as u64 + 7
+    );
+    assert_eq!(f.seek_hole(3 * PAGE as u64).unwrap(), 5 * PAGE as u64);
+    assert_eq!(f.seek_data(5 * PAGE as u64).unwrap(), 10 * PAGE as u64);
+    assert_eq!(
+        f.seek_hole(10 * PAGE as u64).unwrap(),
+        size,
+        "the end of file is a hole"
+    );
+    assert!(enxio(f.seek_data(size)) && enxio(f.seek_hole(size)));
+    assert!(enxio(f.seek_data(size + 5000)));
+    // Only holes after the offset: no data there.
+    f.set_len(12 * PAGE as u64).unwrap();
+    assert!(enxio(f.seek_data(11 * PAGE as u64)));
+    assert_eq!(f.seek_hole(11 * PAGE as u64).unwrap(), 11 * PAGE as u64);
+    // A file of one page (an index of height 0) and a deep one.
+    let one = fs.open_file("/one", &rw().create(true)).unwrap();
+    one.write_at(b"abc", 0).unwrap();
+    assert_eq!(one.seek_data(1).unwrap(), 1);
+    assert_eq!(one.seek_hole(0).unwrap(), 3);
+    let deep = fs.open_file("/deep", &rw().create(true)).unwrap();
+    let far = 3 * 512 * 512 * PAGE as u64;
+    deep.write_at(b"far", far).unwrap();
+    assert_eq!(deep.seek_data(0).unwrap(), far);
+    assert_eq!(deep.seek_hole(far).unwrap(), far + 3);
+    assert_eq!(deep.seek_hole(0).unwrap(), 0);
+    drop((f, one, deep));
+    assert_clean(&fs);
+}

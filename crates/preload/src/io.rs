@@ -304,16 +304,18 @@ pub fn lseek_of(of: &OpenFile, off: off_t, whence: c_int) -> Res<off_t> {
         libc::SEEK_SET => Some(off as i128),
         libc::SEEK_CUR => Some(cur as i128 + off as i128),
         libc::SEEK_END => Some(size_of(of)? as i128 + off as i128),
-        libc::SEEK_DATA | libc::SEEK_HOLE => {
-            let size = size_of(of)? as i128;
-            if off < 0 || off as i128 >= size {
+        libc::SEEK_DATA | libc::SEEK_HOLE if !of.is_dir() => {
+            if off < 0 {
                 return Err(libc::ENXIO);
             }
-            Some(if whence == libc::SEEK_DATA {
-                off as i128
-            } else {
-                size
-            })
+            let at = of.with_file(|f| {
+                match whence {
+                    libc::SEEK_DATA => f.seek_data(off as u64),
+                    _ => f.seek_hole(off as u64),
+                }
+                .map_err(en)
+            })?;
+            Some(at as i128)
         }
         _ => None,
     };

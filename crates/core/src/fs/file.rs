@@ -1,6 +1,7 @@
 //! Open files: lock-free reads, copy-on-write writes into reserved pages, and the `std::io`
 //! traits.
 
+mod sparse;
 mod write;
 
 use super::{Fs, Metadata, ReadDir};

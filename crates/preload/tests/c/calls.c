@@ -512,6 +512,20 @@ static void vectored(void) {
     CHECK(pread(fd, tail, 8, 12) == 8 && !memcmp(tail, "llo\0\0\0\0\0", 8));
     CHECK(close(fd) == 0);
     CHECK(truncate(M "/nope/x", 0) == -1 && errno == ENOENT);
+
+    /* Data in pages 0 and 12 of 25 (as tmpfs and ext4 give them). */
+    section = "SEEK_DATA/SEEK_HOLE";
+    fd = open(M "/vec", O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, "z", 1, 50000) == 1);
+    CHECK(lseek(fd, 0, SEEK_DATA) == 0);
+    CHECK(lseek(fd, 0, SEEK_HOLE) == 4096);
+    CHECK(lseek(fd, 5000, SEEK_DATA) == 49152);
+    CHECK(lseek(fd, 49152, SEEK_HOLE) == 53248);
+    CHECK(lseek(fd, 60000, SEEK_DATA) == -1 && errno == ENXIO);
+    CHECK(lseek(fd, 60000, SEEK_HOLE) == 60000);
+    CHECK(lseek(fd, 100000, SEEK_HOLE) == -1 && errno == ENXIO);
+    CHECK(lseek(fd, 0, SEEK_CUR) == 60000); /* a failed seek leaves the offset */
+    CHECK(close(fd) == 0);
 }
 
 static void boundary(void) {
