@@ -67,6 +67,20 @@ impl EngramFuse {
         Ok(n as u32)
     }
 
+    /// lseek with SEEK_DATA or SEEK_HOLE (the kernel answers the other kinds itself).
+    pub(crate) fn do_lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Result<i64> {
+        let f = self.file(fh.0)?;
+        let Ok(offset) = u64::try_from(offset) else {
+            return Err(Error::from_errno(libc::ENXIO));
+        };
+        let at = match whence {
+            libc::SEEK_DATA => f.seek_data(offset)?,
+            libc::SEEK_HOLE => f.seek_hole(offset)?,
+            _ => return Err(Error::EINVAL),
+        };
+        Ok(at as i64)
+    }
+
     /// fsync and fsyncdir: every completed write is already durable; still ask the pool,
     /// so that a failing pool reports it.
     pub(crate) fn do_fsync(&self, fh: FileHandle) -> Result<()> {

@@ -121,6 +121,28 @@ fn syscalls_through_the_mount() {
     );
     drop(f);
 
+    // SEEK_DATA/SEEK_HOLE: data in pages 0 and 12 of a 100,000-byte file, as on tmpfs.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(d.join("sparse"))
+        .unwrap();
+    f.write_all_at(b"head", 0).unwrap();
+    f.set_len(100_000).unwrap();
+    f.write_all_at(b"z", 50_000).unwrap();
+    let seek = |off: i64, whence: i32| {
+        // SAFETY: lseek on a descriptor we own.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        if r < 0 { -(err(-1) as i64) } else { r }
+    };
+    assert_eq!(seek(0, libc::SEEK_HOLE), 4096);
+    assert_eq!(seek(5000, libc::SEEK_DATA), 49152);
+    assert_eq!(seek(49152, libc::SEEK_HOLE), 53248);
+    assert_eq!(seek(60000, libc::SEEK_DATA), -(libc::ENXIO as i64));
+    assert_eq!(seek(60000, libc::SEEK_HOLE), 60000);
+    drop(f);
+
     // copy_file_range inside the mount, at unaligned offsets.
     let data = bytes(5, 3 << 20);
     std::fs::write(d.join("src"), &data).unwrap();
