@@ -51,6 +51,12 @@ fn coreutils_round_trip_a_real_tree() {
         mkdir untar2 && tar xf t2.tar -C untar2 && diff -r src untar2
         rm -rf $M/moved $M/untar
         test ! -e $M/moved
+        # cp keeps a sparse file sparse (64 MiB, 8 KiB of it data).
+        printf head > $M/sparse && truncate -s 64M $M/sparse && printf tail >> $M/sparse
+        cp $M/sparse $M/sparse.copy
+        cmp $M/sparse $M/sparse.copy
+        test "$(stat -c %b $M/sparse.copy)" -lt 100
+        rm $M/sparse $M/sparse.copy
         ls $M | sort | tr '\n' ' '
         "#);
     assert_eq!(out.trim(), "abs dd out stamp t.tar x");
