@@ -174,6 +174,58 @@ pub fn for_each_page(
     )
 }
 
+/// The data pages of file pages `start..end`, in order, until `f` says stop (returns
+/// true); returns whether it did. Unlike `for_each_page`, the walk ends there.
+pub fn scan_pages(
+    pool: &Pool,
+    geo: &Geometry,
+    (root, height): (u64, u32),
+    start: u64,
+    end: u64,
+    f: &mut dyn FnMut(u64) -> bool,
+) -> Result<bool> {
+    if root == 0 || height > MAX_HEIGHT {
+        return Ok(false);
+    }
+    scan(
+        pool,
+        geo,
+        root,
+        height,
+        0,
+        (start, end.min(capacity(height))),
+        f,
+    )
+}
+
+fn scan(
+    pool: &Pool,
+    geo: &Geometry,
+    p: u64,
+    height: u32,
+    base: u64,
+    (start, end): (u64, u64),
+    f: &mut dyn FnMut(u64) -> bool,
+) -> Result<bool> {
+    if height == 0 {
+        data(geo, p)?;
+        return Ok(base >= start && base < end && f(base));
+    }
+    let n = node(geo, p)?;
+    let s = span(height);
+    for i in 0..FANOUT {
+        let child_base = base + i * s;
+        if child_base + s <= start || child_base >= end {
+            continue;
+        }
+        let c = pool.load_u64(n + i * 8);
+        if c != 0 && scan(pool, geo, c, height - 1, child_base, (start, end), f)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Visit every node and every data page of the tree.
 pub fn walk(
     pool: &Pool,
@@ -575,6 +627,25 @@ mod plan_tests {
             }
             for pg in [3, 509, 2000, 299_999] {
                 assert_eq!(lookup(&pool, &geo, root.0, root.1, pg).unwrap(), 0);
+            }
+            // scan_pages: the mapped pages in order, and no further than asked.
+            for (a, b) in [(0, 1), (2, 2000), (1023, 400_000)] {
+                let want: Vec<u64> = model.range(a..b).map(|(&pg, _)| pg).collect();
+                let mut got = Vec::new();
+                let stopped = scan_pages(&pool, &geo, root, a, b, &mut |pg| {
+                    got.push(pg);
+                    false
+                })
+                .unwrap();
+                assert!(!stopped);
+                assert_eq!(got, want, "pages {a}..{b}");
+                let mut calls = 0;
+                let stopped = scan_pages(&pool, &geo, root, a, b, &mut |_| {
+                    calls += 1;
+                    true
+                })
+                .unwrap();
+                assert_eq!((stopped, calls), (!want.is_empty(), want.len().min(1)));
             }
             // Ranges within a leaf, across leaves, over holes and beyond the capacity.
             for (a, b) in [

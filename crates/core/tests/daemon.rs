@@ -339,6 +339,9 @@ fn worker_entry() {
     if role == "nobody" {
         return nobody_worker();
     }
+    if role == "serve" {
+        return posted::serve_worker();
+    }
     let fs = Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()).unwrap();
     let arg = std::env::var("ENGRAM_ARG").unwrap_or_default();
     match role.as_str() {

@@ -42,10 +42,15 @@ pub(crate) const SPIN_TIME: Duration = Duration::from_micros(3);
 const YIELDS: u32 = 64;
 
 /// A slot's owner word: free, claimed by a thread for a call, or holding a posted request
-/// whose reply nobody has collected yet.
-const FREE: u32 = 0;
-const TAKEN: u32 = 1;
-const POSTED: u32 = 2;
+/// whose reply nobody has collected yet: `posted_word(seq)`, the request's number in the word,
+/// so that whoever frees it frees that request and not a later one posted in the slot.
+const FREE: u64 = 0;
+const TAKEN: u64 = 1;
+const POSTED_TAG: u64 = 2;
+
+fn posted_word(seq: u32) -> u64 {
+    (seq as u64) << 2 | POSTED_TAG
+}
 
 fn daemon_gone_error() -> Error {
     Error::with_msg(libc::EIO, "the EngramFS daemon has gone away")
@@ -164,13 +169,15 @@ impl Remote {
             }
             self.settle()?;
             let slot = self.claim()?;
-            if let Err(e) = self.send(&slot, &w.0) {
-                slot.owner().store(FREE, Ordering::Release);
-                return Err(e);
-            }
-            // Counted before the slot is marked, so that `settle` waits until it finds it.
+            let seq = match self.send(&slot, &w.0) {
+                Ok(seq) => seq,
+                Err(e) => {
+                    slot.owner().store(FREE, Ordering::Release);
+                    return Err(e);
+                }
+            };
             self.posted.fetch_add(1, Ordering::AcqRel);
-            slot.owner().store(POSTED, Ordering::Release);
+            slot.owner().store(posted_word(seq), Ordering::Release);
             Ok(())
         })
     }
@@ -180,30 +187,28 @@ impl Remote {
         self.posted.load(Ordering::Acquire)
     }
 
-    /// Wait until every posted request has been answered and free their slots.
+    /// Wait until every posted request has been answered, and free its slot. The slot is
+    /// waited on without being taken: any number of threads may wait on one (a signal
+    /// handler's call inside another call's wait, say), and whoever frees it counts it.
+    /// `posted` is only the fast path's hint: one pass finds every request posted by a
+    /// `post` that has returned, which is all the order promised.
     fn settle(&self) -> Result<()> {
-        while self.posted.load(Ordering::Acquire) != 0 {
-            let mut found = false;
-            for i in 0..SLOTS_PER_CLIENT {
-                let s = self.mine.region().slot(i);
-                if s.owner()
-                    .compare_exchange(POSTED, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_err()
-                {
-                    continue;
-                }
-                found = true;
-                // On error the daemon is gone and the slot stays taken (see `gone`).
-                self.wait_reply(&s, s.request_seq().load(Ordering::Relaxed))?;
-                s.owner().store(FREE, Ordering::Release);
-                self.posted.fetch_sub(1, Ordering::AcqRel);
+        if self.posted.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        for i in 0..SLOTS_PER_CLIENT {
+            let s = self.mine.region().slot(i);
+            let word = s.owner().load(Ordering::Acquire);
+            if word & 3 != POSTED_TAG {
+                continue;
             }
-            if !found {
-                // Another thread is collecting it, or its poster has not marked it yet.
-                if self.gone.load(Ordering::Acquire) {
-                    return Err(daemon_gone_error());
-                }
-                std::thread::yield_now();
+            // Freed and reused meanwhile, the slot has answered this request already.
+            self.wait_reply(&s, (word >> 2) as u32)?;
+            if s.owner()
+                .compare_exchange(word, FREE, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.posted.fetch_sub(1, Ordering::AcqRel);
             }
         }
         Ok(())
@@ -251,7 +256,8 @@ impl Remote {
         Ok(seq)
     }
 
-    /// Wait until the server has answered request `seq` in `slot`: spin, then yield, then
+    /// Wait until the server has answered request `seq` in `slot` (or a later one: a slot
+    /// `settle` waits on without holding it may have been reused): spin, then yield, then
     /// sleep, checking that the daemon is still there.
     fn wait_reply(&self, slot: &shm::Slot<'_>, seq: u32) -> Result<()> {
         let (mut spins, mut yields) = (0u32, 0u32);
@@ -259,7 +265,7 @@ impl Remote {
         let mut slept = false;
         loop {
             let seen = slot.reply_seq().load(Ordering::Acquire);
-            if seen == seq {
+            if seen.wrapping_sub(seq) as i32 >= 0 {
                 break;
             }
             spins += 1;
@@ -281,7 +287,8 @@ impl Remote {
             if slot.reply_seq().load(Ordering::SeqCst) == seen {
                 futex::wait(slot.reply_seq(), seen, Duration::from_millis(200));
             }
-            if slot.reply_seq().load(Ordering::Acquire) != seq && self.daemon_gone() {
+            let answered = slot.reply_seq().load(Ordering::Acquire).wrapping_sub(seq) as i32 >= 0;
+            if !answered && self.daemon_gone() {
                 slot.waiting().store(0, Ordering::Release);
                 self.gone.store(true, Ordering::Release);
                 return Err(daemon_gone_error());

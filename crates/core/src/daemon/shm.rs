@@ -258,6 +258,13 @@ pub struct Region<'a> {
 }
 
 impl<'a> Region<'a> {
+    fn u64_at(&self, off: usize) -> &'a AtomicU64 {
+        assert!(off + 8 <= CLIENT_BYTES && off.is_multiple_of(8));
+        // SAFETY: in bounds of the region and aligned; the region stays mapped for 'a and
+        // is only accessed atomically at these offsets.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
     fn u32_at(&self, off: usize) -> &'a AtomicU32 {
         assert!(off + 4 <= CLIENT_BYTES && off.is_multiple_of(4));
         // SAFETY: in bounds of the region and aligned; the region stays mapped for 'a and
@@ -451,10 +458,11 @@ const S_WAITING: usize = BLOCK;
 const S_REPLY: usize = 2 * BLOCK;
 
 impl<'a> Slot<'a> {
-    /// Taken by a client thread for one call (threads of one process share the slots). It
-    /// lives in the header page, which the server never reads.
-    pub fn owner(&self) -> &'a AtomicU32 {
-        self.region.u32_at(R_OWNERS + self.index * 64)
+    /// Taken by a client thread for one call, or holding a posted request (threads of one
+    /// process share the slots; the client's own encoding). It lives in the header page,
+    /// which the server never reads.
+    pub fn owner(&self) -> &'a AtomicU64 {
+        self.region.u64_at(R_OWNERS + self.index * 64)
     }
     pub fn request_seq(&self) -> &'a AtomicU32 {
         self.region.u32_at(self.off + S_REQUEST)

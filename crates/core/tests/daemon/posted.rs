@@ -2,9 +2,11 @@
 //! for them, so the server still sees its requests in order, and a daemon that has gone
 //! makes later calls fail rather than hang.
 
-use super::Daemon;
+use super::{Daemon, spawn_worker};
 use engram_core::request::Request;
 use engram_core::{Fs, Handle, OpenOptions};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 fn rw() -> OpenOptions {
     OpenOptions::new().read(true).write(true)
@@ -100,4 +102,74 @@ fn closes_posted_to_a_daemon_that_has_gone_do_not_hang() {
     drop(files);
     let e = fs.mkdir("/after", 0o755).unwrap_err();
     assert_eq!(e.errno(), libc::EIO, "{e}");
+}
+
+/// Worker role "serve": a daemon in a process of its own (ENGRAM_ARG: the pool), so that a
+/// test can stop it with SIGSTOP.
+pub fn serve_worker() {
+    let pool = std::env::var("ENGRAM_ARG").unwrap();
+    let socket = std::env::var("ENGRAM_SOCKET").unwrap();
+    let opts = engram_core::daemon::ServeOptions {
+        socket: socket.into(),
+        idle_exit: None,
+    };
+    let stop = engram_core::daemon::Stop::new();
+    engram_core::daemon::serve_until(pool.as_ref(), &opts, &stop, &|_| {}).unwrap();
+}
+
+static NESTED: OnceLock<Fs> = OnceLock::new();
+
+extern "C" fn nested_call(_: libc::c_int) {
+    assert!(NESTED.get().unwrap().statfs().is_ok());
+}
+
+/// A signal handler's call made while its thread waits for a posted close's answer (the
+/// daemon stopped meanwhile) waits too, and both finish once the daemon answers: the
+/// wait does not take the slot, which the handler's call would then never find.
+#[test]
+fn a_signal_handlers_call_inside_a_wait_for_a_posted_close_finishes() {
+    let id = std::process::id();
+    let pool = format!("/dev/shm/engram-daemon-{id}-posted-signal.pool");
+    let socket = std::path::PathBuf::from(format!("/tmp/engram-daemon-{id}-posted-signal.sock"));
+    let _ = std::fs::remove_file(&socket);
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    let mut daemon = spawn_worker("serve", &socket, &pool);
+    let fs = loop {
+        match Fs::connect(&socket) {
+            Ok(fs) => break fs,
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    let f = fs.open_file("/a", &rw().create(true)).unwrap();
+    NESTED.set(fs).ok().unwrap();
+    let fs = NESTED.get().unwrap();
+    let pid = daemon.id() as i32;
+    // SAFETY: installing a handler for a signal only this test sends, to its own thread.
+    unsafe {
+        libc::signal(
+            libc::SIGUSR2,
+            nested_call as *const () as libc::sighandler_t,
+        );
+    }
+    // SAFETY: stopping our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    drop(f);
+    assert_eq!(fs.remote().unwrap().posted(), 1);
+    // SAFETY: pthread_self names this thread.
+    let me = unsafe { libc::pthread_self() };
+    let helper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: signalling the test's thread, which has the handler installed.
+        unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: continuing our own child.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    });
+    assert!(fs.statfs().is_ok());
+    helper.join().unwrap();
+    assert_eq!(fs.remote().unwrap().posted(), 0);
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let _ = std::fs::remove_file(&pool);
+    let _ = std::fs::remove_file(&socket);
 }

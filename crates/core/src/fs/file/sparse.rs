@@ -44,29 +44,29 @@ impl File {
     fn first_of(&self, v: &ReadView, off: u64, data: bool) -> Result<u64> {
         let core = &*self.fs.core;
         let (first, last) = (off / PAGE, v.size.div_ceil(PAGE));
-        // The mapped pages come in order: the first of them, or the first gap between them.
-        let mut found = None;
+        // The mapped pages come in order: stop at the first of them (data), or at the
+        // first gap between them (a hole); the walk goes no further than the answer.
         let mut next = first;
-        index::for_each_page(
+        let stopped = index::scan_pages(
             &core.pool,
             &core.geo,
-            v.root,
-            v.height,
+            (v.root, v.height),
             first,
             last,
-            &mut |pg, _| {
-                if found.is_some() {
-                } else if data || pg != next {
-                    found = Some(if data { pg } else { next });
-                } else {
-                    next = pg + 1;
+            &mut |pg| {
+                if data || pg != next {
+                    next = if data { pg } else { next };
+                    return true;
                 }
+                next = pg + 1;
+                false
             },
         )?;
-        match (found, data) {
-            (Some(pg), _) => Ok((pg * PAGE).max(off).min(v.size)),
-            (None, true) => Err(Error::from_errno(libc::ENXIO)),
-            (None, false) => Ok((next * PAGE).max(off).min(v.size)),
+        if data && !stopped {
+            return Err(Error::from_errno(libc::ENXIO));
         }
+        // Data: the page found; a hole: the first page not mapped (at the end of file at
+        // the latest).
+        Ok((next * PAGE).max(off).min(v.size))
     }
 }
