@@ -161,17 +161,20 @@ pub fn for_each_page(
     if root == 0 || height > MAX_HEIGHT {
         return Ok(());
     }
+    let range = (start, end.min(capacity(height)));
+    let mut page_fn = |pg, page| {
+        f(pg, page);
+        false
+    };
     visit(
         pool,
         geo,
-        root,
-        height,
-        0,
-        start,
-        end.min(capacity(height)),
+        (root, height, 0),
+        range,
         &mut |_| {},
-        f,
+        &mut page_fn,
     )
+    .map(drop)
 }
 
 /// The data pages of file pages `start..end`, in order, until `f` says stop (returns
@@ -187,43 +190,15 @@ pub fn scan_pages(
     if root == 0 || height > MAX_HEIGHT {
         return Ok(false);
     }
-    scan(
+    let range = (start, end.min(capacity(height)));
+    visit(
         pool,
         geo,
-        root,
-        height,
-        0,
-        (start, end.min(capacity(height))),
-        f,
+        (root, height, 0),
+        range,
+        &mut |_| {},
+        &mut |pg, _| f(pg),
     )
-}
-
-fn scan(
-    pool: &Pool,
-    geo: &Geometry,
-    p: u64,
-    height: u32,
-    base: u64,
-    (start, end): (u64, u64),
-    f: &mut dyn FnMut(u64) -> bool,
-) -> Result<bool> {
-    if height == 0 {
-        data(geo, p)?;
-        return Ok(base >= start && base < end && f(base));
-    }
-    let n = node(geo, p)?;
-    let s = span(height);
-    for i in 0..FANOUT {
-        let child_base = base + i * s;
-        if child_base + s <= start || child_base >= end {
-            continue;
-        }
-        let c = pool.load_u64(n + i * 8);
-        if c != 0 && scan(pool, geo, c, height - 1, child_base, (start, end), f)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Visit every node and every data page of the tree.
@@ -243,37 +218,30 @@ pub fn walk(
             "file index height {height} is too large"
         )));
     }
-    visit(
-        pool,
-        geo,
-        root,
-        height,
-        0,
-        0,
-        capacity(height),
-        node_fn,
-        page_fn,
-    )
+    let mut page_fn = |pg, page| {
+        page_fn(pg, page);
+        false
+    };
+    let range = (0, capacity(height));
+    visit(pool, geo, (root, height, 0), range, node_fn, &mut page_fn).map(drop)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Visit the subtree at `p` (of `height`, holding file pages from `base`) within pages
+/// `start..end`, in order, until `page_fn` says stop (returns true); returns whether it did.
 fn visit(
     pool: &Pool,
     geo: &Geometry,
-    p: u64,
-    height: u32,
-    base: u64,
-    start: u64,
-    end: u64,
+    (p, height, base): (u64, u32, u64),
+    (start, end): (u64, u64),
     node_fn: &mut dyn FnMut(u64),
-    page_fn: &mut dyn FnMut(u64, u64),
-) -> Result<()> {
+    page_fn: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<bool> {
     if height == 0 {
         // A lone page (a file of height 0) may lie outside the range asked for.
         if base >= start && base < end {
-            page_fn(base, data(geo, p)?);
+            return Ok(page_fn(base, data(geo, p)?));
         }
-        return Ok(());
+        return Ok(false);
     }
     let n = node(geo, p)?;
     node_fn(n);
@@ -284,21 +252,12 @@ fn visit(
             continue;
         }
         let c = pool.load_u64(n + i * 8);
-        if c != 0 {
-            visit(
-                pool,
-                geo,
-                c,
-                height - 1,
-                child_base,
-                start,
-                end,
-                node_fn,
-                page_fn,
-            )?;
+        let child = (c, height - 1, child_base);
+        if c != 0 && visit(pool, geo, child, (start, end), node_fn, page_fn)? {
+            return Ok(true);
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Turn single-word stores into as few log entries as possible (appended to `out`):
