@@ -129,6 +129,7 @@ pub fn run(quick: bool) -> Result<(), String> {
             &ServeOptions {
                 socket: s.into(),
                 idle_exit: None,
+                log_clients: false,
             },
             &st,
             &|_| {},

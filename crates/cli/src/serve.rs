@@ -15,6 +15,10 @@ pub struct Args {
     /// Exit after this many seconds without any client
     #[arg(long, value_name = "SECONDS")]
     pub idle_exit: Option<u64>,
+    /// Do not log each client's connection and departure (`engram run` starts its daemon
+    /// so: a build would add two lines per process)
+    #[arg(long)]
+    pub quiet_clients: bool,
 }
 
 /// The socket a pool's daemon listens on unless told otherwise.
@@ -38,6 +42,7 @@ pub fn run(a: &Args) -> Result<()> {
     let opts = ServeOptions {
         socket: a.socket.clone().unwrap_or_else(|| default_socket(&a.pool)),
         idle_exit: a.idle_exit.map(Duration::from_secs),
+        log_clients: !a.quiet_clients,
     };
     serve_until(&a.pool, &opts, &STOP, &|line| {
         eprintln!("engram serve: {line}")

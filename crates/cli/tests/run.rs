@@ -145,6 +145,12 @@ fn engram_run_creates_the_pool_starts_the_real_daemon_and_passes_the_status_on()
         text(&out.stderr)
     );
     drop(held);
+    // The daemons `engram run` started logged their start, not each process of the runs.
+    let log = std::fs::read_to_string(format!("{}.sock.log", pool.s())).unwrap();
+    assert!(
+        log.contains("serving ") && !log.contains(" connected (pid"),
+        "{log}"
+    );
     let _ = std::fs::remove_file(format!("{}.sock.log", pool.s()));
     let fs = Fs::open(pool.path(), &Default::default()).unwrap();
     assert!(fs.mount_info().was_clean);

@@ -68,6 +68,7 @@ fn serve(pool: &Path, socket: &Path) -> (Arc<Stop>, Served) {
             &ServeOptions {
                 socket: s,
                 idle_exit: None,
+                log_clients: true,
             },
             &st,
             &|line| eprintln!("daemon: {line}"),

@@ -125,6 +125,7 @@ fn mount_of_a_pool_shared_through_the_daemon() {
             let opts = ServeOptions {
                 socket,
                 idle_exit: None,
+                log_clients: true,
             };
             serve(&pool, &opts, &stop, &|line| eprintln!("daemon: {line}"))
         })

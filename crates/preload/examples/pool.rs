@@ -24,6 +24,7 @@ fn main() {
             let opts = engram_core::daemon::ServeOptions {
                 socket: PathBuf::from(socket),
                 idle_exit: idle,
+                log_clients: true,
             };
             engram_core::daemon::serve_until(&PathBuf::from(a(1)), &opts, &stop, &|l| {
                 eprintln!("daemon: {l}")

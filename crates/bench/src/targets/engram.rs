@@ -109,6 +109,7 @@ impl Daemon {
                 let opts = ServeOptions {
                     socket: s,
                     idle_exit: None,
+                    log_clients: false,
                 };
                 serve_until(&p, &opts, &st, &|_line| {})
             })?;

@@ -34,6 +34,9 @@ pub struct ServeOptions {
     pub socket: PathBuf,
     /// Exit after this long with no client (the daemons `engram run` starts).
     pub idle_exit: Option<Duration>,
+    /// Log each client's connection and departure. A daemon started for one command
+    /// (`engram run`) leaves them out: a build would add two lines per process.
+    pub log_clients: bool,
 }
 
 /// Tells a running daemon to stop, waking it at once. `stop` is async-signal-safe (an
@@ -121,6 +124,8 @@ pub(super) struct Shared<'a> {
     /// The pool path as given (absolute, a symlink not resolved): the socket is named after
     /// it, and a new pool made there replaces what it names.
     pub given_path: PathBuf,
+    /// `ServeOptions::log_clients`.
+    pub log_clients: bool,
 }
 
 impl Shared<'_> {
@@ -268,6 +273,7 @@ fn run(
         wake: eventfd()?,
         pool_file,
         given_path,
+        log_clients: opts.log_clients,
     };
     let result = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| watch::watch(&listener, &sh, &common_fd, &abs_path, log));
@@ -282,7 +288,9 @@ fn run(
         left.sort_unstable();
         for (id, _) in left {
             server.disconnect(id);
-            log(&format!("client {id} disconnected"));
+            if sh.log_clients {
+                log(&format!("client {id} disconnected"));
+            }
         }
         r
     });
@@ -347,7 +355,9 @@ fn run_loop(
                 if active.remove(&id) {
                     last_client = Instant::now();
                 }
-                log(&format!("client {id} disconnected"));
+                if sh.log_clients {
+                    log(&format!("client {id} disconnected"));
+                }
             }
             if c.version != seen_version {
                 seen_version = c.version;

@@ -200,10 +200,12 @@ fn accept(
         c.free.push(index);
         return log(&format!("handshake with pid {pid} failed: {e}"));
     }
-    log(&format!(
-        "client {id} connected (pid {pid}, uid {})",
-        creds.uid
-    ));
+    if sh.log_clients {
+        log(&format!(
+            "client {id} connected (pid {pid}, uid {})",
+            creds.uid
+        ));
+    }
     c.live.insert(
         id,
         Conn {

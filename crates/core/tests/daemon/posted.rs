@@ -112,6 +112,7 @@ pub fn serve_worker() {
     let opts = engram_core::daemon::ServeOptions {
         socket: socket.into(),
         idle_exit: None,
+        log_clients: true,
     };
     let stop = engram_core::daemon::Stop::new();
     engram_core::daemon::serve_until(pool.as_ref(), &opts, &stop, &|_| {}).unwrap();

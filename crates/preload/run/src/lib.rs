@@ -106,6 +106,7 @@ fn spawn_serve(bin: &Path, pool: &Path, socket: &Path) -> Option<Fs> {
         .arg(socket)
         .arg("--idle-exit")
         .arg(IDLE_EXIT.as_secs().to_string())
+        .arg("--quiet-clients")
         .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
         .stdout(out())
@@ -155,6 +156,7 @@ fn fork_serve(pool: &Path, socket: &Path) -> Option<Fs> {
         let opts = engram_core::daemon::ServeOptions {
             socket: socket.to_path_buf(),
             idle_exit: Some(IDLE_EXIT),
+            log_clients: false,
         };
         let r = engram_core::daemon::serve_until(pool, &opts, &stop, &|_| {});
         // SAFETY: leaving the grandchild without running the caller's exit handlers.

@@ -88,6 +88,7 @@ impl Pool {
                 &ServeOptions {
                     socket: s,
                     idle_exit: None,
+                    log_clients: true,
                 },
                 &st,
                 &|_| {},
