@@ -240,16 +240,18 @@ fn shared(
     let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
     let setup = || -> Res<()> {
         let _fill = FillLock::exclusive(fd);
-        // SAFETY: ftruncate on our own backing descriptor.
+        // SAFETY: ftruncate and flock on our own backing descriptor.
         unsafe {
             if first {
-                // Nobody maps this inode: start from the file's current contents.
+                // Nobody maps this inode: start from the file's current contents, then
+                // let others join (on failure the descriptor's close drops the lock).
                 let size = crate::io::size_of(of)?;
                 let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
                 if real::ftruncate(fd, 0) != 0 || real::ftruncate(fd, want as off_t) != 0 {
                     return Err(errno());
                 }
                 fill_backing(of, fd, 0, size.min(want))?;
+                real::flock(fd, libc::LOCK_SH);
             } else {
                 let have = backing_size(fd)?;
                 if have < end {
@@ -261,14 +263,6 @@ fn shared(
             }
         }
         Ok(())
-    };
-    let setup = || {
-        let r = setup();
-        if first {
-            // SAFETY: flock on our own backing descriptor: from now on shared.
-            unsafe { real::flock(fd, libc::LOCK_SH) };
-        }
-        r
     };
     let mapped = setup().and_then(|_| {
         // SAFETY: mapping the backing file as the caller asked.

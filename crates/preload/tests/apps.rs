@@ -115,12 +115,17 @@ fn python_files_walks_copytree_and_descriptors() {
     let p = Pool::new("python", 128);
     let src = p.scratch.join("src");
     make_tree(&src);
+    python(&p, PY, src.to_str().unwrap(), "PY-OK");
+}
+
+/// Run python3 `script` with `arg` through the shim; it must print `ok`. Then fsck.
+fn python(p: &Pool, script: &str, arg: &str, ok: &str) {
     let mut c = p.command("python3");
-    c.args(["-c", PY]).arg(&src);
+    c.args(["-c", script, arg]);
     let out = output(c, Duration::from_secs(300));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("PY-OK"),
+        out.status.success() && text.contains(ok),
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -281,16 +286,7 @@ fn sqlite_mapping_sees_the_writes_of_processes_that_do_not_map_it() {
         return;
     }
     let p = Pool::new("sqlite-pingpong", 128);
-    let mut c = p.command("python3");
-    c.args(["-c", PINGPONG, "/mnt/engram/pp.db"]);
-    let out = output(c, Duration::from_secs(300));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("PINGPONG-OK"),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    p.fsck();
+    python(&p, PINGPONG, "/mnt/engram/pp.db", "PINGPONG-OK");
 }
 
 #[test]

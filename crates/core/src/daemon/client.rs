@@ -164,11 +164,7 @@ impl Remote {
     pub fn post(&self, req: &Request) -> Result<()> {
         with_buffers(|(w, _)| {
             wire::encode_request(req, w);
-            if self.gone.load(Ordering::Acquire) {
-                return Err(daemon_gone_error());
-            }
-            self.settle()?;
-            let slot = self.claim()?;
+            let slot = self.next_slot()?;
             let seq = match self.send(&slot, &w.0) {
                 Ok(seq) => seq,
                 Err(e) => {
@@ -223,11 +219,7 @@ impl Remote {
 
     /// `call_raw` into `reply` (replacing what it held).
     fn call_raw_into(&self, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
-        if self.gone.load(Ordering::Acquire) {
-            return Err(daemon_gone_error());
-        }
-        self.settle()?;
-        let slot = self.claim()?;
+        let slot = self.next_slot()?;
         let result = self
             .send(&slot, payload)
             .and_then(|seq| self.wait_reply(&slot, seq))
@@ -298,6 +290,16 @@ impl Remote {
             slot.waiting().store(0, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// The slot for this process's next request: none once the daemon has gone, and only
+    /// after every posted request has been answered (the order `post` promises).
+    fn next_slot(&self) -> Result<shm::Slot<'_>> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(daemon_gone_error());
+        }
+        self.settle()?;
+        self.claim()
     }
 
     /// A free request slot of this client (threads of one process share the client's slots).

@@ -55,18 +55,15 @@ impl Server {
                 self.shared.mapped.set(target.ino, true);
             }
         } else {
-            let counted = self
+            let mine = self
                 .mappings
                 .by_client
                 .get_mut(&client)
-                .and_then(|m| m.get_mut(&target.ino))
                 .ok_or(Error::EINVAL)?;
+            let counted = mine.get_mut(&target.ino).ok_or(Error::EINVAL)?;
             *counted -= 1;
             if *counted == 0 {
-                self.mappings
-                    .by_client
-                    .get_mut(&client)
-                    .map(|m| m.remove(&target.ino));
+                mine.remove(&target.ino);
             }
             self.unmap(target.ino, 1);
         }
