@@ -44,10 +44,36 @@ fn main() {
         eprintln!("archiving {} with {ar} failed", lib.display());
         std::process::exit(1);
     }
+    static_unwinder(&cc, &out);
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=engram_preload_c");
     // The shim's calls to its own exported functions (its openat from scandir, its stat from
     // nftw) bind to its own definitions: through the PLT, a program that defines a function
     // of the same name (patch defines renameat2) got them instead.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+}
+
+/// Links the unwinder statically (libgcc_eh.a) instead of libgcc_s.so.1. Loading libgcc_s
+/// costs every process the shim is preloaded into about 0.1 ms on a virtual machine: its
+/// constructor runs CPUID, which traps to the hypervisor, and its pages fault in. std asks
+/// for `-lgcc_s` by name, so a linker script of that name in the shim's own search path,
+/// which the linker reads before the system's, answers it with the static archive. Where the
+/// compiler has no libgcc_eh.a, the shim links libgcc_s as before.
+fn static_unwinder(cc: &str, out: &std::path::Path) {
+    let script = out.join("libgcc_s.so");
+    let _ = std::fs::remove_file(&script);
+    let Ok(found) = Command::new(cc)
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+    else {
+        return;
+    };
+    let archive = String::from_utf8_lossy(&found.stdout).trim().to_string();
+    if !found.status.success() || !std::path::Path::new(&archive).is_absolute() {
+        return;
+    }
+    if let Err(e) = std::fs::write(&script, format!("INPUT({archive})\n")) {
+        eprintln!("writing {}: {e}", script.display());
+        std::process::exit(1);
+    }
 }

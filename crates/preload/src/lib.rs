@@ -61,7 +61,9 @@ extern "C" fn init() {
         route::refresh_real_cwd();
         process::register_fork_handlers();
         process::import_cwd();
-        table::adopt_inherited();
+        if !process::nothing_inherited() {
+            table::adopt_inherited();
+        }
         stdio::adopt_std_streams();
     });
 }

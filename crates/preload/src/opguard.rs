@@ -191,8 +191,12 @@ pub fn after_fork_parent() {
 /// In the child: only the forking thread exists; every other mark is free again.
 pub fn after_fork_child() {
     let mine = MINE.try_with(Cell::get).unwrap_or(usize::MAX);
+    // Only marks in use are written: a store to each would copy all of MARK's pages into
+    // the child (four page faults in every forked child).
     for (i, m) in MARK.iter().enumerate() {
-        if i + 1 != mine {
+        if i + 1 != mine
+            && (m.taken.load(Ordering::Relaxed) || m.depth.load(Ordering::Relaxed) != 0)
+        {
             m.depth.store(0, Ordering::Relaxed);
             m.taken.store(false, Ordering::Relaxed);
         }

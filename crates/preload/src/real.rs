@@ -43,17 +43,24 @@ pub(crate) fn lookup(name: &'static [u8]) -> usize {
     p as usize
 }
 
+/// The address `ptr` caches, looked up by `name` on first use.
+#[inline]
+fn cached(ptr: &AtomicUsize, name: &'static [u8]) -> usize {
+    let mut p = ptr.load(Ordering::Relaxed);
+    if p == 0 {
+        p = lookup(name);
+        ptr.store(p, Ordering::Relaxed);
+    }
+    p
+}
+
 macro_rules! reals {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) $([ $va:ident : $vty:ty ])? -> $ret:ty ; )*) => {
         $(
             #[inline]
             pub unsafe fn $name($($arg: $ty),* $(, $va: $vty)?) -> $ret {
                 static PTR: AtomicUsize = AtomicUsize::new(0);
-                let mut p = PTR.load(Ordering::Relaxed);
-                if p == 0 {
-                    p = lookup(concat!(stringify!($name), "\0").as_bytes());
-                    PTR.store(p, Ordering::Relaxed);
-                }
+                let p = cached(&PTR, concat!(stringify!($name), "\0").as_bytes());
                 reals!(@call p, ($($arg: $ty),*) $([ $va: $vty ])? -> $ret)
             }
         )*
@@ -257,9 +264,7 @@ reals! {
     fn freopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn fork() -> pid_t;
-    fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fn posix_spawn(pid: *mut pid_t, path: *const c_char, fa: *const c_void, at: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut pid_t, path: *const c_char, fa: *const c_void, at: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn getxattr(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;
@@ -289,4 +294,29 @@ pub unsafe fn syscall6(n: libc::c_long, a: [libc::c_long; 6]) -> libc::c_long {
         unsafe { std::mem::transmute(p) };
     // SAFETY: the caller passes what the system call expects.
     unsafe { f(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+// execve and fexecve are mostly first called in a forked child, which would look them up
+// (dlsym, and the page faults of its first run in the child) once per child: `resolve_exec`
+// looks them up in the parent before it forks, and every child inherits the answer.
+static EXECVE: AtomicUsize = AtomicUsize::new(0);
+static FEXECVE: AtomicUsize = AtomicUsize::new(0);
+
+pub fn resolve_exec() {
+    cached(&EXECVE, b"execve\0");
+    cached(&FEXECVE, b"fexecve\0");
+}
+
+pub unsafe fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let p = cached(&EXECVE, b"execve\0");
+    reals!(@call p, (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int)
+}
+
+pub unsafe fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let p = cached(&FEXECVE, b"fexecve\0");
+    reals!(@call p, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int)
 }

@@ -30,6 +30,7 @@ pub fn generation() -> u64 {
 }
 
 pub fn before_fork() {
+    crate::real::resolve_exec();
     // First: a thread waiting here holds nothing a spawning thread's own fork needs.
     crate::spawn::before_fork();
     crate::opguard::before_fork();

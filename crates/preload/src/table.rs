@@ -184,6 +184,14 @@ static END: AtomicUsize = AtomicUsize::new(0);
 /// Excludes removal while a lookup takes its reference.
 static LOCK: SpinRw = SpinRw::new();
 
+/// Whether no descriptor is ours (so an exec passes no description on).
+pub fn is_empty() -> bool {
+    let end = END.load(Ordering::Acquire).min(MAX_FDS);
+    SLOTS[..end]
+        .iter()
+        .all(|slot| slot.load(Ordering::Acquire).is_null())
+}
+
 /// Whether `fd` is one of ours: one atomic load, no lock.
 #[inline]
 pub fn is_ours(fd: c_int) -> bool {

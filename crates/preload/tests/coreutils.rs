@@ -265,3 +265,40 @@ PY
     );
     p.fsck();
 }
+
+/// An image that holds no EngramFS description tells the image it execs so
+/// (ENGRAM_NOTHING_INHERITED), which then skips its scan of /proc/self/fd; one that holds
+/// any does not, even when the program puts the marker in the environment itself, and its
+/// descriptions reach the new image. The marker never stays in a program's environment.
+#[test]
+fn an_exec_with_nothing_to_inherit_skips_the_scan_for_descriptions() {
+    if !common::require("strace", "strace") {
+        return;
+    }
+    let p = Pool::new("noinherit", 64);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        scans() { grep -c 'openat(.*"/proc/self/fd"' "$1" || true; }
+        strace -f -qq -e trace=openat -o none.trace sh -c 'true'
+        echo "nothing open: $(scans none.trace) scans"
+        exec 3>$M/f
+        strace -f -qq -e trace=openat -o open.trace sh -c 'echo through 3 >&3'
+        echo "one open: $(scans open.trace) scans"
+        ENGRAM_NOTHING_INHERITED=1 sh -c 'echo forged marker >&3'
+        exec 3>&-
+        cat $M/f
+        sh -c 'env' | grep -c ENGRAM_NOTHING_INHERITED || true
+        "#);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "nothing open: 0 scans",
+            "one open: 1 scans",
+            "through 3",
+            "forged marker",
+            "0"
+        ],
+        "{out}"
+    );
+    p.fsck();
+}
