@@ -18,7 +18,7 @@ mod sync;
 pub use device::{Backing, device_size};
 pub use flush::{CACHE_LINE, FlushKind, flush_kind};
 pub use map::Media;
-pub use pool::Pool;
+pub use pool::{Pool, fd_at_or_above};
 pub use record::{Event, Recording};
 
 #[cfg(test)]

@@ -43,6 +43,23 @@ impl fmt::Debug for Pool {
     }
 }
 
+/// `fd` moved to a number at or above `min` (close-on-exec; a lock on its open file
+/// description stays), or unchanged if it is there already or no such number is free. For
+/// descriptors a library keeps in a program that takes the small numbers for itself.
+pub fn fd_at_or_above(fd: std::os::fd::OwnedFd, min: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    if fd.as_raw_fd() >= min {
+        return fd;
+    }
+    // SAFETY: duplicating a descriptor we own; the original closes when `fd` drops.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    if high < 0 {
+        return fd;
+    }
+    // SAFETY: `high` is a fresh duplicate that nothing else owns.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(high) }
+}
+
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
@@ -184,6 +201,14 @@ impl Pool {
 
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Move the kept descriptor of the pool's file to a number at or above `min`
+    /// (`fd_at_or_above`).
+    pub fn keep_descriptor_at_or_above(&mut self, min: std::os::fd::RawFd) {
+        if let Some(file) = self.file.take() {
+            self.file = Some(File::from(fd_at_or_above(file.into(), min)));
+        }
     }
 
     /// The descriptor of the pool's file, kept open (it carries the pool's lock), if any.

@@ -129,7 +129,7 @@ fn connect_slow() -> Res<&'static Conn> {
     if let Some(e) = s.failed {
         return Err(e);
     }
-    match crate::util::with_low_fds_taken(|| connect(&mut s)) {
+    match connect(&mut s) {
         Ok(fs) => {
             // What the connection keeps open (its socket, the pool file whose lock makes
             // the pool this process's alone) is the shim's own.
@@ -213,7 +213,10 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
             .unwrap_or_default();
         return Ok(fs);
     }
-    let fs = Fs::open(&cfg.pool, &Options::default()).map_err(|e| {
+    // A daemon connection keeps its descriptors at 64 and above itself; opening the pool
+    // in-process opens files the pool's code cannot be told where to put.
+    let opened = crate::util::with_low_fds_taken(|| Fs::open(&cfg.pool, &Options::default()));
+    let fs = opened.map_err(|e| {
         let hint = if e.errno() == libc::EBUSY {
             " (another process has it open: run programs that share a pool under `engram run`, \
              or set ENGRAM_SOCKET to an `engram serve` socket)"

@@ -302,3 +302,30 @@ fn an_exec_with_nothing_to_inherit_skips_the_scan_for_descriptions() {
     );
     p.fsck();
 }
+
+/// What a connection to the daemon keeps open (its socket, the server's region, the pool
+/// file) sits at 64 and above: a shell that has reached the pool still finds the numbers
+/// below free for its own redirections.
+#[test]
+fn a_connected_shell_keeps_the_small_descriptor_numbers_free() {
+    let p = Pool::new("lowfds", 64);
+    let out = p.sh(r#"
+        echo hi > /mnt/engram/f
+        ls -l /proc/$$/fd > listing
+        # Below 64: nothing of the connection's (socket, memfd, pool file); at or above: all.
+        awk '$9 ~ /^[0-9]+$/ && $11 ~ /socket|memfd|engram/ { print ($9 < 64 ? "under64" : "over64"), $11 }' listing |
+            sed 's/socket:.*/socket/' | sort | tr '\n' ' '
+        echo
+        exec 5>/mnt/engram/g 6>&5
+        echo five >&5
+        cat /mnt/engram/g
+        "#);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(!lines[0].contains("under64"), "small numbers taken: {out}");
+    assert!(
+        lines[0].contains("over64 socket") && lines[0].contains("over64 /memfd:engram-common"),
+        "the connection's descriptors: {out}"
+    );
+    assert_eq!(lines[1], "five", "{out}");
+}

@@ -14,21 +14,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Lowest descriptor number the connection uses: programs (shells especially) take the
-/// small numbers for themselves and may overwrite them with dup2.
-const MIN_FD: i32 = 64;
+/// Lowest descriptor number the connection keeps: programs (shells especially) take the
+/// small numbers for themselves and may overwrite them with dup2. Each descriptor the
+/// connection keeps is moved there as soon as it exists, so that a program's shim need not
+/// take every free small number around the connect (120 system calls).
+pub const MIN_FD: i32 = 64;
 
-/// Move the socket to a descriptor at or above MIN_FD (close-on-exec).
-fn high_fd(stream: UnixStream) -> Result<UnixStream> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: duplicating a descriptor we own; the original closes when `stream` drops.
-    let fd = unsafe { libc::fcntl(stream.as_raw_fd(), libc::F_DUPFD_CLOEXEC, MIN_FD) };
-    if fd < 0 {
-        return Ok(stream);
-    }
-    drop(stream);
-    // SAFETY: `fd` is a fresh duplicate that nothing else owns.
-    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+fn above_min(fd: OwnedFd) -> OwnedFd {
+    engram_pmem::fd_at_or_above(fd, MIN_FD)
 }
 
 /// How long a waiting client busy-waits before it starts yielding the processor: longer
@@ -90,9 +83,10 @@ impl Remote {
                 ),
             )
         })?;
-        let stream = high_fd(stream)?;
+        let stream = UnixStream::from(above_min(OwnedFd::from(stream)));
         let (hello, [common_fd, mine]) = handshake::recv_hello(&stream)
             .map_err(|e| Error::with_msg(libc::EPROTO, format!("daemon handshake failed: {e}")))?;
+        let common_fd = above_min(common_fd);
         let common = Common::attach(&common_fd)?;
         let mine = ClientRegion::attach(&mine)?;
         Ok(Remote {

@@ -8,6 +8,6 @@ mod serve;
 pub mod shm;
 mod watch;
 
-pub use client::Remote;
+pub use client::{MIN_FD, Remote};
 pub use handshake::REFUSED_MESSAGE;
 pub use serve::{ServeOptions, Stop, serve, serve_until};

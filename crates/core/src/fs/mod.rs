@@ -163,12 +163,13 @@ impl Fs {
         use std::os::unix::ffi::OsStrExt;
         let remote = crate::daemon::Remote::connect(socket.as_ref())?;
         let path = std::ffi::OsStr::from_bytes(&remote.hello.pool_path).to_owned();
-        let pool = Pool::open(Path::new(&path)).map_err(|e| {
+        let mut pool = Pool::open(Path::new(&path)).map_err(|e| {
             Error::with_msg(
                 crate::error::io_errno(&e),
                 format!("cannot map pool {}: {e}", Path::new(&path).display()),
             )
         })?;
+        pool.keep_descriptor_at_or_above(crate::daemon::MIN_FD);
         let sb = Superblock::load(&pool)?;
         let geo = sb.geometry;
         pool.protect_read_only(0, geo.data_off)?;
