@@ -179,7 +179,7 @@ impl Superblock {
         for (i, w) in words.iter().enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&out[..SB_BODY]);
+        let crc = crate::oplog::crc::crc32c(&out[..SB_BODY]);
         out[SB_BODY..].copy_from_slice(&crc.to_le_bytes());
         out
     }
@@ -190,7 +190,7 @@ impl Superblock {
             return Err("bad magic: not an EngramFS pool".into());
         }
         let crc = u32::from_le_bytes(b[SB_BODY..SB_BODY + 4].try_into().unwrap());
-        if crc != crc32c::crc32c(&b[..SB_BODY]) {
+        if crc != crate::oplog::crc::crc32c(&b[..SB_BODY]) {
             return Err("superblock checksum mismatch".into());
         }
         let version = w(1) as u32;

@@ -4,7 +4,7 @@
 //! so replaying it any number of times gives the same result. A record is persisted before
 //! any of its stores is applied in place (log before apply).
 
-mod crc;
+pub(crate) mod crc;
 mod replay;
 
 pub use replay::{Replayed, count_valid, replay};

@@ -1,10 +1,11 @@
 //! Cache-line write-back, store fence and non-temporal copies: the only
 //! place in EngramFS that issues these instructions.
 
+use crate::cpu::has_avx;
 use std::arch::asm;
 use std::arch::x86_64::{
-    __cpuid, __cpuid_count, __m128i, __m256i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128,
-    _mm256_loadu_si256, _mm256_stream_si256,
+    __m128i, __m256i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128, _mm256_loadu_si256,
+    _mm256_stream_si256,
 };
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -57,16 +58,13 @@ fn detect() -> FlushKind {
         .unwrap_or(FlushKind::Clflush)
 }
 
-/// Whether the CPU implements `kind`. `std::arch::is_x86_feature_detected!`
-/// knows neither `clwb` nor `clflushopt`, so this reads CPUID leaf 7 directly
-/// (EBX bit 24 = CLWB, bit 23 = CLFLUSHOPT); `clflush` is part of x86_64.
+/// Whether the CPU implements `kind` (`clflush` is part of x86_64).
 pub(crate) fn supports(kind: FlushKind) -> bool {
-    let bit = match kind {
-        FlushKind::Clflush => return true,
-        FlushKind::Clwb => 24,
-        FlushKind::Clflushopt => 23,
-    };
-    __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << bit) != 0
+    match kind {
+        FlushKind::Clflush => true,
+        FlushKind::Clwb => crate::cpu::has_clwb(),
+        FlushKind::Clflushopt => crate::cpu::has_clflushopt(),
+    }
 }
 
 /// Write back the cache line containing `p` with instruction `kind`.
@@ -119,11 +117,6 @@ pub(crate) unsafe fn flush_range(kind: FlushKind, p: *const u8, len: usize) {
 pub(crate) fn sfence() {
     // SAFETY: `sfence` has no operands and only orders memory operations.
     unsafe { asm!("sfence", options(nostack, preserves_flags)) };
-}
-
-/// Whether the CPU has AVX (32-byte loads and non-temporal stores), detected once.
-fn has_avx() -> bool {
-    std::arch::is_x86_feature_detected!("avx")
 }
 
 /// Copy `len` bytes from `src` to 64-byte aligned `dst` with non-temporal

@@ -8,6 +8,7 @@
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("engram-pmem supports only x86_64 (clwb/clflushopt/clflush, sfence)");
 
+pub mod cpu;
 mod device;
 mod flush;
 mod map;

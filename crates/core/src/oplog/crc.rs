@@ -6,7 +6,7 @@
 
 /// CRC32C (Castagnoli) of `bytes`, equal to `crc32c::crc32c(bytes)`.
 pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
-    if std::arch::is_x86_feature_detected!("sse4.2") {
+    if engram_pmem::cpu::has_sse42() {
         // SAFETY: the CPU has SSE4.2, the only requirement of `crc32c_sse42`.
         unsafe { crc32c_sse42(bytes) }
     } else {
