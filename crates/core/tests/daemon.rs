@@ -506,9 +506,15 @@ fn a_stray_store_into_metadata_faults_in_that_client_only() {
 /// Becomes uid/gid 65534, connects, and reports what it could do through its exit code:
 /// 10 refused at connect, 20 connected and the permission checks held, other = failure.
 fn nobody_worker() {
+    // With ENGRAM_ARG=groups: one supplementary group, 4242.
+    let groups: &[libc::gid_t] = if std::env::var("ENGRAM_ARG").as_deref() == Ok("groups") {
+        &[4242]
+    } else {
+        &[]
+    };
     // SAFETY: dropping privileges in this child process before it does anything else.
     unsafe {
-        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setgroups(groups.len(), groups.as_ptr()), 0);
         assert_eq!(libc::setgid(65534), 0);
         assert_eq!(libc::setuid(65534), 0);
     }
@@ -520,6 +526,13 @@ fn nobody_worker() {
         }
     };
     // The server checks with the credentials of the socket, whatever the client claims.
+    if !groups.is_empty() {
+        // Files only their group may write: the server, which checks writes with the
+        // socket's credentials, knows the supplementary groups.
+        let mine = fs.write_file("/grp/mine", b"n").is_ok();
+        let other = fs.write_file("/grp/other", b"n").map_err(|e| e.errno()) == Err(libc::EACCES);
+        std::process::exit(if mine && other { 30 } else { 1 });
+    }
     let denied = fs.mkdir("/rootonly/x", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES);
     let allowed = fs.write_file("/open/mine", b"n").is_ok();
     let owner = fs.stat("/open/mine").map(|m| m.uid).ok();
@@ -529,6 +542,38 @@ fn nobody_worker() {
     } else {
         1
     });
+}
+
+#[test]
+fn the_daemon_takes_the_client_groups_from_the_socket() {
+    // SAFETY: reading our own effective uid.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Daemon::start("groups", 64 << 20);
+    std::fs::set_permissions(&d.pool, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.mkdir("/grp", 0o755).unwrap();
+    for (name, gid) in [("mine", 4242), ("other", 4343)] {
+        let path = format!("/grp/{name}");
+        fs.write_file(&path, b"group's").unwrap();
+        fs.chown(&path, Some(0), Some(gid)).unwrap();
+        fs.chmod(&path, 0o020).unwrap();
+    }
+    let code = spawn_worker("nobody", &d.socket, "groups")
+        .wait()
+        .unwrap()
+        .code();
+    assert_eq!(
+        code,
+        Some(30),
+        "a client writes a file of its supplementary group, and not another group's"
+    );
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
 }
 
 #[test]
