@@ -22,6 +22,8 @@ pub struct AppScale {
     pub db_keys: usize,
     /// Synced writes of db_bench's fillsync.
     pub db_sync_writes: usize,
+    /// Processes the shell script starts (one `cat` each).
+    pub shell_processes: usize,
     /// Size of fio's file, and how long each fio job runs.
     pub fio_mib: usize,
     pub fio_runtime: Duration,
@@ -155,6 +157,47 @@ fn sqlite(ctx: &Ctx, t: &dyn Target) -> io::Result<f64> {
     });
     let _ = std::fs::remove_file(&file);
     r
+}
+
+/// A shell script of the kind `make` and build scripts run: bash starts one `cat` per
+/// file, each reading a small file on the target and appending it to a file in /tmp (bash
+/// itself never touches the target, so that in the `engram` column each `cat` opens the
+/// pool in its own process). Processes per second; the output is checked line by line.
+/// Through the shim the time includes the shim's start-up in every process and, with the
+/// daemon, each process's connection.
+fn shell(ctx: &Ctx, t: &dyn Target) -> io::Result<f64> {
+    let n = ctx.scale.apps.shell_processes;
+    on_target(ctx, t, |on| {
+        let dir = on.dir.display().to_string();
+        let out =
+            std::env::temp_dir().join(format!("engram-bench-{}-shell.out", std::process::id()));
+        let _ = std::fs::remove_file(&out);
+        // The files are written by processes of their own as well (one per ten files).
+        let setup = format!(
+            "set -e; for i in $(seq 0 {last}); do \
+               sh -c \"for j in 0 1 2 3 4 5 6 7 8 9; do k=\\$(($i * 10 + \\$j)); \
+                 echo line-\\$k > '{dir}'/f\\$k; done\"; \
+             done",
+            last = n.div_ceil(10) - 1
+        );
+        run(on, "bash", "bash", &["-c".into(), setup], None)?;
+        let script = format!(
+            "set -e; for i in $(seq 0 {last}); do cat '{dir}'/f$i >> '{out}'; done",
+            last = n - 1,
+            out = out.display()
+        );
+        let (_, took) = run(on, "bash", "bash", &["-c".into(), script], None)?;
+        let got = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_file(&out);
+        let want: String = (0..n).map(|i| format!("line-{i}\n")).collect();
+        if got != want {
+            return Err(failed(format!(
+                "the shell script's output is wrong: {} lines, expected {n}",
+                got.lines().count()
+            )));
+        }
+        Ok(n as f64 / took.as_secs_f64())
+    })
 }
 
 /// The rate db_bench printed for `bench` ("fillseq : 1.2 micros/op 833333 ops/sec ...").
@@ -294,6 +337,16 @@ pub(crate) fn benches(scale: &Scale) -> Vec<Bench> {
             .once()
             .note(note),
     ];
+    v.push(
+        Bench::new(g, "shell script", ops)
+            .on_targets(|ctx, t, _| shell(ctx, t))
+            .once()
+            .note(format!(
+                "shell script: bash starts {} cat processes in turn, each reading a small file \
+                 on the target; op = one process",
+                a.shell_processes
+            )),
+    );
     for b in ["fillseq", "fillrandom", "fillsync", "readrandom"] {
         v.push(
             Bench::new(g, format!("db_bench {b}"), ops)
