@@ -72,7 +72,9 @@ fn static_unwinder(cc: &str, out: &std::path::Path) {
     if !found.status.success() || !std::path::Path::new(&archive).is_absolute() {
         return;
     }
-    if let Err(e) = std::fs::write(&script, format!("INPUT({archive})\n")) {
+    // A compiler upgraded since (another path) makes the script stale: look again.
+    println!("cargo:rerun-if-changed={archive}");
+    if let Err(e) = std::fs::write(&script, format!("INPUT(\"{archive}\")\n")) {
         eprintln!("writing {}: {e}", script.display());
         std::process::exit(1);
     }

@@ -27,6 +27,7 @@ pub mod exec;
 pub mod fcntl;
 pub mod ftw;
 pub mod glob;
+pub mod inherit;
 pub mod io;
 pub mod mmap;
 pub mod open;
@@ -61,7 +62,7 @@ extern "C" fn init() {
         route::refresh_real_cwd();
         process::register_fork_handlers();
         process::import_cwd();
-        if !process::nothing_inherited() {
+        if !inherit::nothing_inherited() {
             table::adopt_inherited();
         }
         stdio::adopt_std_streams();

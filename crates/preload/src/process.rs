@@ -6,6 +6,7 @@
 //! programs stored in the pool run from a copy (`exec`).
 
 use crate::exec::Program;
+use crate::inherit::ExecEnv;
 use crate::real;
 use crate::route::{set_virtual_cwd, virtual_cwd};
 use libc::{c_char, c_int, pid_t};
@@ -13,13 +14,6 @@ use std::ffi::CString;
 use std::sync::Mutex;
 
 const CWD_VAR: &[u8] = b"ENGRAM_CWD";
-/// Set by an exec'ing image that holds no EngramFS description, so none can be inherited:
-/// the new image skips its scan of /proc/self/fd (about 0.1 ms of system calls per process
-/// on a virtual machine). Without it (a first process, an exec the shim did not see) the
-/// new image scans.
-const NOTHING_INHERITED: &std::ffi::CStr = c"ENGRAM_NOTHING_INHERITED";
-const NOTHING_INHERITED_ENTRY: &std::ffi::CStr = c"ENGRAM_NOTHING_INHERITED=1";
-
 // The fork handlers run inside the program's fork: a panic must not unwind into libc.
 
 extern "C" fn prepare() {
@@ -31,7 +25,10 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
-    let _ = std::panic::catch_unwind(crate::session::after_fork_child);
+    let _ = std::panic::catch_unwind(|| {
+        crate::inherit::after_fork_child();
+        crate::session::after_fork_child();
+    });
 }
 
 pub fn register_fork_handlers() {
@@ -39,25 +36,11 @@ pub fn register_fork_handlers() {
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
-/// Run an exec with the lock files of the descriptions the new image inherits left open
-/// for it (`table::pass_lock_fds`); if it returns (the exec failed, or posix_spawn is back
-/// in the parent) they are close-on-exec again, with errno kept.
-fn passing_lock_fds<T>(exec: impl FnOnce() -> T) -> T {
-    let passed = crate::table::pass_lock_fds();
-    let r = exec();
-    if !passed.is_empty() {
-        let e = crate::util::errno();
-        crate::table::keep_lock_fds(&passed);
-        crate::util::set_errno(e);
-    }
-    r
-}
-
 /// `passing_lock_fds` for an exec of this process, which ends its mappings without munmap:
 /// shared writable ones are written back first.
 fn replacing_image<T>(exec: impl FnOnce() -> T) -> T {
     crate::mmap::write_back_all();
-    passing_lock_fds(exec)
+    crate::inherit::passing_lock_fds(exec)
 }
 
 #[unsafe(no_mangle)]
@@ -129,11 +112,12 @@ pub fn import_cwd() {
     }
 }
 
-/// `envp` with ENGRAM_CWD replaced by this process's (or removed).
+/// `envp` with ENGRAM_CWD replaced by this process's (or removed), and the marker that
+/// nothing is inherited (`inherit`) set afresh.
 ///
 /// # Safety
 /// `envp` is null or a NULL-terminated array of C strings.
-unsafe fn fixed_env(envp: *const *const c_char, own: &Option<CString>) -> Vec<*const c_char> {
+unsafe fn fixed_env(envp: *const *const c_char, own: &Option<CString>) -> ExecEnv {
     let mut v = Vec::new();
     if !envp.is_null() {
         let mut i = 0;
@@ -145,7 +129,7 @@ unsafe fn fixed_env(envp: *const *const c_char, own: &Option<CString>) -> Vec<*c
             }
             // SAFETY: each entry is a C string.
             let b = unsafe { crate::util::cbytes(e) };
-            if !is_var(b, CWD_VAR) && !is_var(b, NOTHING_INHERITED.to_bytes()) {
+            if !is_var(b, CWD_VAR) && !crate::inherit::is_marker(b) {
                 v.push(e);
             }
             i += 1;
@@ -154,30 +138,12 @@ unsafe fn fixed_env(envp: *const *const c_char, own: &Option<CString>) -> Vec<*c
     if let Some(c) = own {
         v.push(c.as_ptr());
     }
-    if crate::table::is_empty() {
-        v.push(NOTHING_INHERITED_ENTRY.as_ptr());
-    }
-    v.push(std::ptr::null());
-    v
+    ExecEnv::new(v, crate::inherit::entry_for_exec())
 }
 
 /// Whether the environment entry `entry` sets `name`.
-fn is_var(entry: &[u8], name: &[u8]) -> bool {
+pub fn is_var(entry: &[u8], name: &[u8]) -> bool {
     entry.starts_with(name) && entry.get(name.len()) == Some(&b'=')
-}
-
-/// At start-up: whether the image that exec'd this one said it passed no description on.
-/// The marker is taken out of the environment, so that it never reaches an image exec'd
-/// later by a path that does not set it afresh.
-pub fn nothing_inherited() -> bool {
-    // SAFETY: getenv and unsetenv with a NUL-terminated name, at start-up (one thread).
-    unsafe {
-        if libc::getenv(NOTHING_INHERITED.as_ptr()).is_null() {
-            return false;
-        }
-        libc::unsetenv(NOTHING_INHERITED.as_ptr());
-    }
-    true
 }
 
 #[unsafe(no_mangle)]
@@ -477,7 +443,7 @@ pub unsafe extern "C" fn posix_spawn(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawn with the caller's arguments.
-        passing_lock_fds(|| unsafe {
+        crate::inherit::passing_lock_fds(|| unsafe {
             real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
         })
     })
@@ -540,7 +506,7 @@ pub unsafe extern "C" fn posix_spawnp(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawnp with the caller's arguments.
-        passing_lock_fds(|| unsafe {
+        crate::inherit::passing_lock_fds(|| unsafe {
             real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
         })
     })

@@ -102,3 +102,11 @@ fn posix_spawn_file_actions_reach_the_pool() {
 fn a_shared_mapping_shows_other_processes_writes() {
     c_program_via_daemon("mapshare", "MAPSHARE-OK");
 }
+
+/// A child forked while another thread spawns (the lock files are inheritable for that
+/// moment) gives the flock of a description it closed back when it execs
+/// (tests/c/forkrace.c).
+#[test]
+fn a_child_forked_during_a_spawn_keeps_no_stray_lock() {
+    c_program_via_daemon("forkrace", "FORKRACE-OK");
+}

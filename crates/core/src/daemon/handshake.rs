@@ -249,3 +249,43 @@ pub fn peer_creds(stream: &UnixStream) -> io::Result<(Creds, i32)> {
         cred.pid,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The groups of the process that made the socket (a pair, in a forked child with 100
+    /// supplementary groups: more than the first buffer holds).
+    #[test]
+    fn the_peer_groups_are_the_connecting_process_groups() {
+        // SAFETY: reading our own effective uid.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to set supplementary groups");
+            return;
+        }
+        let want: Vec<libc::gid_t> = (5000..5100).collect();
+        // SAFETY: the child makes only system calls and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: setting this child's groups from a local array.
+            let set = unsafe { libc::setgroups(want.len(), want.as_ptr()) } == 0;
+            let ok = set
+                && UnixStream::pair().is_ok_and(|(a, _b)| {
+                    peer_groups(&a).is_some_and(|mut g| {
+                        g.sort_unstable();
+                        g == want
+                    })
+                });
+            // SAFETY: leaving the forked child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "SO_PEERGROUPS gave other groups than the peer's 100"
+        );
+    }
+}
