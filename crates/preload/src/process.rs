@@ -2,8 +2,9 @@
 //! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
 //! and exec: descriptors survive as memfds (see `desc`; they are published before fork and
 //! posix_spawn), the virtual current directory as
-//! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged), and
-//! programs stored in the pool run from a copy (`exec`).
+//! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged), what
+//! the new image need not look for (`inherit`), and programs stored in the pool run from a
+//! copy (`exec`).
 
 use crate::exec::Program;
 use crate::inherit::ExecEnv;
@@ -14,6 +15,7 @@ use std::ffi::CString;
 use std::sync::Mutex;
 
 const CWD_VAR: &[u8] = b"ENGRAM_CWD";
+
 // The fork handlers run inside the program's fork: a panic must not unwind into libc.
 
 extern "C" fn prepare() {
