@@ -185,27 +185,24 @@ impl Common {
         if size < PAGE {
             return Err(bad("not an EngramFS shared region"));
         }
-        let head = Mapping {
-            ptr: mmap(Some(fd), PAGE, libc::PROT_READ, None)?,
-            len: PAGE,
+        // Mapped whole at once (one system call at each connection, not a look at the
+        // header first): the server sealed its size.
+        let map = Mapping {
+            ptr: mmap(Some(fd), size, libc::PROT_READ, None)?,
+            len: size,
         };
         // SAFETY: the first page is mapped; words 0 and 1 are u64-aligned.
         let (magic, inodes) = unsafe {
             (
-                *(head.ptr as *const u64),
-                *(head.ptr as *const u64).add(C_INODES / 8),
+                *(map.ptr as *const u64),
+                *(map.ptr as *const u64).add(C_INODES / 8),
             )
         };
-        drop(head);
         if magic != COMMON_MAGIC || inodes > 1 << 40 || common_len(inodes as usize) > size {
             return Err(bad("not an EngramFS shared region"));
         }
-        let len = common_len(inodes as usize);
         Ok(Common {
-            map: Arc::new(Mapping {
-                ptr: mmap(Some(fd), len, libc::PROT_READ, None)?,
-                len,
-            }),
+            map: Arc::new(map),
             inodes: inodes as usize,
         })
     }
