@@ -165,9 +165,14 @@ fn map_shared_aligned(fd: libc::c_int, len: usize, flags: libc::c_int) -> io::Re
 /// the media: `MAP_SYNC` first, then plain `MAP_SHARED`. A device-DAX device is direct
 /// access either way; a block device without `MAP_SYNC` goes through the page cache (its
 /// node lives on devtmpfs, which must not make it look like tmpfs); a regular file is
-/// told apart from one on tmpfs by `fstatfs`.
+/// told apart from one on tmpfs by `fstatfs`, first: tmpfs never grants `MAP_SYNC`, so a
+/// pool there (every process that opens one) skips the attempt and its reservation.
 pub(crate) fn map_file(file: &File, len: usize, backing: Backing) -> io::Result<(Mapping, Media)> {
     let fd = file.as_raw_fd();
+    if backing == Backing::File && is_tmpfs(file)? {
+        let ptr = map_shared_aligned(fd, len, libc::MAP_SHARED)?;
+        return Ok((Mapping { ptr, map_len: len }, Media::Tmpfs));
+    }
     match map_shared_aligned(fd, len, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC) {
         Ok(ptr) => return Ok((Mapping { ptr, map_len: len }, Media::Dax)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {}
@@ -177,8 +182,6 @@ pub(crate) fn map_file(file: &File, len: usize, backing: Backing) -> io::Result<
     let mapping = Mapping { ptr, map_len: len };
     let media = match backing {
         Backing::DaxDevice => Media::Dax,
-        Backing::BlockDevice => Media::File,
-        _ if is_tmpfs(file)? => Media::Tmpfs,
         _ => Media::File,
     };
     Ok((mapping, media))
