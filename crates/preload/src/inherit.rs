@@ -89,8 +89,7 @@ pub struct ExecEnv {
 }
 
 impl ExecEnv {
-    pub fn new(ptrs: Vec<*const c_char>, marker: Option<CString>) -> ExecEnv {
-        let mut ptrs = ptrs;
+    pub fn new(mut ptrs: Vec<*const c_char>, marker: Option<CString>) -> ExecEnv {
         if let Some(m) = &marker {
             ptrs.push(m.as_ptr());
         }

@@ -27,10 +27,7 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
-    let _ = std::panic::catch_unwind(|| {
-        crate::inherit::after_fork_child();
-        crate::session::after_fork_child();
-    });
+    let _ = std::panic::catch_unwind(crate::session::after_fork_child);
 }
 
 pub fn register_fork_handlers() {

@@ -50,6 +50,7 @@ pub fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     crate::table::unlock_in_child();
     crate::opguard::after_fork_child();
+    crate::inherit::after_fork_child();
     crate::spawn::after_fork();
 }
 

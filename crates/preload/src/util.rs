@@ -167,8 +167,8 @@ pub fn warn(msg: &str) {
 }
 
 /// Descriptors below this are left to the program (shells use 3–9 and 10+ freely): the
-/// shim's own descriptors are kept at or above it.
-pub const HIGH_FD: c_int = 64;
+/// shim's own descriptors are kept at or above it, where a daemon connection keeps its own.
+pub const HIGH_FD: c_int = engram_core::daemon::MIN_FD;
 
 /// Move one of the shim's own descriptors to `HIGH_FD` or above (close-on-exec), and
 /// register it as the shim's own (`ownfds`: close it with `ownfds::close`).

@@ -54,8 +54,12 @@ impl File {
             first,
             last,
             &mut |pg| {
-                if data || pg != next {
-                    next = if data { pg } else { next };
+                if data {
+                    next = pg;
+                    return true;
+                }
+                // A gap before `pg`: `next` is the hole.
+                if pg != next {
                     return true;
                 }
                 next = pg + 1;
