@@ -4,6 +4,8 @@
 mod common;
 #[path = "daemon/forged.rs"]
 mod forged;
+#[path = "daemon/idle.rs"]
+mod idle;
 #[path = "daemon/isolation.rs"]
 mod isolation;
 #[path = "daemon/killed.rs"]
@@ -263,6 +265,35 @@ fn every_operation_works_through_the_daemon() {
 /// is its name plus 23 bytes; an error reply carries its message) arrive whole, and a
 /// slot's payload area, used by a long request and then by its reply, keeps neither's
 /// bytes for the next message.
+/// On a pool in memory (tmpfs, or persistent memory) fsync has nothing to write back and
+/// nothing that can fail: it answers without a round trip. Everything written before it is
+/// already durable, as a new client sees.
+#[test]
+fn fsync_of_a_pool_in_memory_makes_no_round_trip() {
+    let d = Daemon::start("fsync", 16 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    assert_eq!(fs.mount_info().media, engram_pmem::Media::Tmpfs);
+    let f = fs
+        .open_file("/f", &OpenOptions::new().write(true).create(true))
+        .unwrap();
+    let dir = fs.open_file("/", &OpenOptions::new()).unwrap();
+    let remote = fs.remote().unwrap();
+    f.write_at(b"durable", 0).unwrap();
+    let before = remote.requests_sent();
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    dir.sync_all().unwrap();
+    assert_eq!(remote.requests_sent(), before, "fsync asks nothing");
+    fs.statfs().unwrap();
+    assert_eq!(
+        remote.requests_sent(),
+        before.wrapping_add(1),
+        "statfs asks"
+    );
+    let other = Fs::connect(&d.socket).unwrap();
+    assert_eq!(other.read_file("/f").unwrap(), b"durable");
+}
+
 #[test]
 fn messages_of_every_length_cross_the_slots_intact() {
     let d = Daemon::start("lengths", 64 << 20);

@@ -2,6 +2,7 @@
 
 use super::futex;
 use super::handshake::{self, Hello};
+use super::idle;
 use super::shm::{self, ClientRegion, Common, SLOTS_PER_CLIENT};
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
@@ -172,6 +173,20 @@ impl Remote {
         })
     }
 
+    /// How many requests this connection has sent, modulo 2^32 (tests check which calls
+    /// reach the server): the sum of the slots' request numbers.
+    pub fn requests_sent(&self) -> u32 {
+        (0..SLOTS_PER_CLIENT).fold(0u32, |n, i| {
+            n.wrapping_add(
+                self.mine
+                    .region()
+                    .slot(i)
+                    .request_seq()
+                    .load(Ordering::Acquire),
+            )
+        })
+    }
+
     /// How many posted requests await their answer (tests check that a call collects them).
     pub fn posted(&self) -> u32 {
         self.posted.load(Ordering::Acquire)
@@ -248,7 +263,6 @@ impl Remote {
     fn wait_reply(&self, slot: &shm::Slot<'_>, seq: u32) -> Result<()> {
         let (mut spins, mut yields) = (0u32, 0u32);
         let mut started: Option<Instant> = None;
-        let mut slept = false;
         loop {
             let seen = slot.reply_seq().load(Ordering::Acquire);
             if seen.wrapping_sub(seq) as i32 >= 0 {
@@ -265,11 +279,13 @@ impl Remote {
             }
             if yields < YIELDS {
                 yields += 1;
+                // Tells a server on this processor to give it back once it has answered.
+                slot.waiting()
+                    .store(idle::yielding_mark(), Ordering::Release);
                 std::thread::yield_now();
                 continue;
             }
-            slept = true;
-            slot.waiting().store(1, Ordering::SeqCst);
+            slot.waiting().store(shm::ASLEEP, Ordering::SeqCst);
             if slot.reply_seq().load(Ordering::SeqCst) == seen {
                 futex::wait(slot.reply_seq(), seen, Duration::from_millis(200));
             }
@@ -280,7 +296,7 @@ impl Remote {
                 return Err(daemon_gone_error());
             }
         }
-        if slept {
+        if yields > 0 {
             slot.waiting().store(0, Ordering::Release);
         }
         Ok(())

@@ -4,6 +4,7 @@
 mod client;
 mod futex;
 mod handshake;
+mod idle;
 mod serve;
 pub mod shm;
 mod watch;

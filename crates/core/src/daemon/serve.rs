@@ -3,8 +3,8 @@
 //! notices their departure). An idle server sleeps on futexes without a timeout: each
 //! client's doorbell, a control word the watcher rings, and the stop word.
 
-use super::client::SPIN_TIME;
 use super::futex::{self, Waiter};
+use super::idle::{self, Idle};
 use super::shm::{self, ClientArea, Common, SLOTS_PER_CLIENT};
 use super::watch;
 use crate::epoch::Epochs;
@@ -22,17 +22,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Empty scans of the slots before the daemon sleeps; once it has been idle for
-/// `super::client::SPIN_TIME`, it yields the processor every `YIELD_EVERY` of them (a
-/// client sharing its core then runs; one on another core is back well before).
-const IDLE_SPINS: u32 = 2000;
-const YIELD_EVERY: u32 = 64;
-/// A yield that lasts this long ran another thread (an uncontended one returns in about
-/// 0.5 µs here): the daemon then sleeps at once instead of spinning on. SQLite with eight
-/// processes writing and reading one database (`stress.sh` of 2026-11-25) took 7.6-10.6 s
-/// with the full spin, 4.2-6.4 s with a spin of 100 scans.
-const CONTENDED_YIELD: Duration = Duration::from_micros(20);
 
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -328,8 +317,7 @@ fn run_loop(
     let mut clients: Vec<Client> = Vec::new();
     let mut seen_version = u64::MAX;
     let mut ctl_handled: Option<u32> = None;
-    let mut idle_spins = 0u32;
-    let mut idle_since: Option<Instant> = None;
+    let mut idle = Idle::new();
     // Idle means: no client connected, and none that sent a request for `idle_exit` (a
     // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
@@ -394,34 +382,15 @@ fn run_loop(
             }
             _ => None,
         };
-        if serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) {
-            idle_spins = 0;
-            idle_since = None;
+        if let Some(client_here) =
+            serve_slots(server, sh.area, &clients, &mut buf, &mut active, log)
+        {
+            idle.served(client_here);
             continue;
         }
-        idle_spins += 1;
-        if idle_spins < IDLE_SPINS {
-            // Now and then give the processor up: a client that shares this core (a busy
-            // machine, or one with a single core) then runs at once instead of waiting out
-            // the time slice this loop would spin through.
-            if idle_spins.is_multiple_of(YIELD_EVERY)
-                && idle_since.get_or_insert_with(Instant::now).elapsed() >= SPIN_TIME
-            {
-                // A yield that took long let another thread run: the processors are
-                // wanted, so stop spinning and sleep (with more runnable processes than
-                // cores, the spin took the time of the clients' own work).
-                let yielded = Instant::now();
-                std::thread::yield_now();
-                if yielded.elapsed() >= CONTENDED_YIELD {
-                    idle_spins = IDLE_SPINS;
-                }
-            } else {
-                std::hint::spin_loop();
-            }
+        if idle.scan_again() {
             continue;
         }
-        idle_spins = 0;
-        idle_since = None;
         // Sleep. Note each doorbell, announce the sleep, and scan once more: a client that
         // posts after the scan sees the announcement and rings, which changes its doorbell
         // (so the wait returns at once) or wakes the wait.
@@ -433,7 +402,9 @@ fn run_loop(
             })
             .collect();
         common.sleeping().store(1, Ordering::SeqCst);
-        if !serve_slots(server, sh.area, &clients, &mut buf, &mut active, log) && !stop.stopped() {
+        if serve_slots(server, sh.area, &clients, &mut buf, &mut active, log).is_none()
+            && !stop.stopped()
+        {
             let mut waiters = vec![Waiter {
                 word: &sh.ctl,
                 expected: ctl_seen,
@@ -469,7 +440,8 @@ fn run_loop(
     Ok(())
 }
 
-/// Handle every posted request once; returns whether there were any. The slots are in
+/// Handle every posted request once; returns None if there were none, else whether one
+/// came from a client that waits for its reply on this thread's processor. The slots are in
 /// memory the clients write: only a slot whose request awaits its reply is read, its
 /// length is clamped, and the request is decoded and validated like any other input. A
 /// request is served with the identity and credentials of the client whose region it is
@@ -481,8 +453,8 @@ fn serve_slots(
     (buf, inbuf): &mut (Writer, Vec<u8>),
     active: &mut FastSet<ClientId>,
     log: &(dyn Fn(&str) + Sync),
-) -> bool {
-    let mut any = false;
+) -> Option<bool> {
+    let mut any = None;
     for c in clients {
         let region = area.region(c.index);
         for i in 0..SLOTS_PER_CLIENT {
@@ -490,7 +462,7 @@ fn serve_slots(
             let Some(seq) = slot.pending() else {
                 continue;
             };
-            any = true;
+            any.get_or_insert(false);
             active.insert(c.id);
             let mut kind = "undecodable request";
             slot.get_request(inbuf);
@@ -513,8 +485,11 @@ fn serve_slots(
                 let _ = slot.put_reply(&buf.0);
             }
             slot.reply_seq().store(seq, Ordering::SeqCst);
-            if slot.waiting().load(Ordering::SeqCst) != 0 {
+            let waiting = slot.waiting().load(Ordering::SeqCst);
+            if waiting & shm::ASLEEP != 0 {
                 futex::wake(slot.reply_seq());
+            } else if waiting != 0 && idle::yields_here(waiting) {
+                any = Some(true);
             }
         }
     }

@@ -454,6 +454,9 @@ const S_REQUEST: usize = 0;
 const S_WAITING: usize = BLOCK;
 const S_REPLY: usize = 2 * BLOCK;
 
+/// In a slot's `waiting` word: the client sleeps on the reply's sequence number.
+pub const ASLEEP: u32 = 1;
+
 impl<'a> Slot<'a> {
     /// Taken by a client thread for one call, or holding a posted request (threads of one
     /// process share the slots; the client's own encoding). It lives in the header page,
@@ -468,7 +471,9 @@ impl<'a> Slot<'a> {
     pub fn reply_seq(&self) -> &'a AtomicU32 {
         self.region.u32_at(self.off + S_REPLY)
     }
-    /// Set by a client that sleeps on `reply_seq`: the server then wakes it.
+    /// What the client does while it waits for the reply: `ASLEEP` on `reply_seq` (the
+    /// server then wakes it), or yielding on a processor (`daemon::idle::yielding_mark`:
+    /// the server then gives that processor up once it has answered, if it is its own).
     pub fn waiting(&self) -> &'a AtomicU32 {
         self.region.u32_at(self.off + S_WAITING)
     }
