@@ -261,10 +261,6 @@ fn every_operation_works_through_the_daemon() {
     check_clean(&d.pool);
 }
 
-/// Requests and replies of every length around the slot's inline block (a create's request
-/// is its name plus 23 bytes; an error reply carries its message) arrive whole, and a
-/// slot's payload area, used by a long request and then by its reply, keeps neither's
-/// bytes for the next message.
 /// On a pool in memory (tmpfs, or persistent memory) fsync has nothing to write back and
 /// nothing that can fail: it answers without a round trip. Everything written before it is
 /// already durable, as a new client sees.
@@ -294,6 +290,10 @@ fn fsync_of_a_pool_in_memory_makes_no_round_trip() {
     assert_eq!(other.read_file("/f").unwrap(), b"durable");
 }
 
+/// Requests and replies of every length around the slot's inline block (a create's request
+/// is its name plus 23 bytes; an error reply carries its message) arrive whole, and a
+/// slot's payload area, used by a long request and then by its reply, keeps neither's
+/// bytes for the next message.
 #[test]
 fn messages_of_every_length_cross_the_slots_intact() {
     let d = Daemon::start("lengths", 64 << 20);

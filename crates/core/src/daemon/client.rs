@@ -280,24 +280,24 @@ impl Remote {
             if yields < YIELDS {
                 yields += 1;
                 // Tells a server on this processor to give it back once it has answered.
-                slot.waiting()
-                    .store(idle::yielding_mark(), Ordering::Release);
+                slot.yielding_on()
+                    .store(idle::yielding_mark(), Ordering::Relaxed);
                 std::thread::yield_now();
                 continue;
             }
-            slot.waiting().store(shm::ASLEEP, Ordering::SeqCst);
+            slot.waiting().fetch_add(1, Ordering::SeqCst);
             if slot.reply_seq().load(Ordering::SeqCst) == seen {
                 futex::wait(slot.reply_seq(), seen, Duration::from_millis(200));
             }
+            slot.waiting().fetch_sub(1, Ordering::Release);
             let answered = slot.reply_seq().load(Ordering::Acquire).wrapping_sub(seq) as i32 >= 0;
             if !answered && self.daemon_gone() {
-                slot.waiting().store(0, Ordering::Release);
                 self.gone.store(true, Ordering::Release);
                 return Err(daemon_gone_error());
             }
         }
         if yields > 0 {
-            slot.waiting().store(0, Ordering::Release);
+            slot.yielding_on().store(0, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -95,17 +95,16 @@ impl Idle {
     }
 }
 
-/// The processor this thread runs on, as a slot's `waiting` word carries it (never 0 or 1:
-/// see `shm::Slot::waiting`).
+/// The processor this thread runs on, as a slot's `yielding_on` word carries it (never 0).
 pub(crate) fn yielding_mark() -> u32 {
     // SAFETY: sched_getcpu takes no arguments (a vDSO call, about 4 ns here).
     let cpu = unsafe { libc::sched_getcpu() };
-    (cpu.max(0) as u32 + 1) << 1
+    cpu.max(0) as u32 + 1
 }
 
-/// Whether a `waiting` word says its client yields on this thread's processor.
-pub(super) fn yields_here(waiting: u32) -> bool {
-    waiting >> 1 != 0 && waiting & !1 == yielding_mark()
+/// Whether a `yielding_on` word names this thread's processor.
+pub(super) fn yields_here(yielding_on: u32) -> bool {
+    yielding_on == yielding_mark()
 }
 
 #[cfg(test)]
@@ -144,37 +143,56 @@ mod tests {
         }
     }
 
-    /// Pin this thread to one processor for the duration of `f`.
-    fn on_cpu(cpu: usize, f: impl FnOnce()) {
-        // SAFETY: cpu_set_t is plain data; sched_{get,set}affinity fill/read one.
+    /// The processors this thread may run on.
+    fn allowed_cpus() -> Vec<usize> {
+        // SAFETY: cpu_set_t is plain data, which sched_getaffinity fills.
         unsafe {
-            let mut old: libc::cpu_set_t = std::mem::zeroed();
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old);
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut one);
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
             assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
                 0
             );
-            f();
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &old);
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+
+    /// Run `f` with this thread pinned to processor `cpu`, then restore its affinity.
+    fn on_cpu<T>(cpu: usize, f: impl FnOnce() -> T) -> T {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: cpu_set_t is plain data; sched_{get,set}affinity fill or read one.
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut old), 0);
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+            let r = f();
+            libc::sched_setaffinity(0, size, &old);
+            r
         }
     }
 
     #[test]
     fn a_yielding_client_is_recognised_on_its_own_processor_only() {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        on_cpu(0, || {
-            let mark = yielding_mark();
-            assert_eq!(mark, 2, "processor 0");
-            assert!(yields_here(mark));
-            assert!(!yields_here(crate::daemon::shm::ASLEEP));
-            assert!(!yields_here(0));
-        });
-        if cpus > 1 {
-            let mark_on_1 = std::cell::Cell::new(0);
-            on_cpu(1, || mark_on_1.set(yielding_mark()));
-            on_cpu(0, || assert!(!yields_here(mark_on_1.get())));
+        let cpus = allowed_cpus();
+        let marks: Vec<u32> = cpus
+            .iter()
+            .take(2)
+            .map(|&c| {
+                on_cpu(c, || {
+                    let mark = yielding_mark();
+                    assert_eq!(mark, c as u32 + 1);
+                    assert!(yields_here(mark));
+                    assert!(!yields_here(0));
+                    mark
+                })
+            })
+            .collect();
+        if let [a, b] = marks[..] {
+            on_cpu(cpus[0], || assert!(yields_here(a) && !yields_here(b)));
+            on_cpu(cpus[1], || assert!(yields_here(b) && !yields_here(a)));
         }
     }
 }

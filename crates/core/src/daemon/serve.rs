@@ -402,9 +402,11 @@ fn run_loop(
             })
             .collect();
         common.sleeping().store(1, Ordering::SeqCst);
-        if serve_slots(server, sh.area, &clients, &mut buf, &mut active, log).is_none()
-            && !stop.stopped()
+        if let Some(client_here) =
+            serve_slots(server, sh.area, &clients, &mut buf, &mut active, log)
         {
+            idle.served(client_here);
+        } else if !stop.stopped() {
             let mut waiters = vec![Waiter {
                 word: &sh.ctl,
                 expected: ctl_seen,
@@ -485,10 +487,11 @@ fn serve_slots(
                 let _ = slot.put_reply(&buf.0);
             }
             slot.reply_seq().store(seq, Ordering::SeqCst);
-            let waiting = slot.waiting().load(Ordering::SeqCst);
-            if waiting & shm::ASLEEP != 0 {
+            if slot.waiting().load(Ordering::SeqCst) != 0 {
                 futex::wake(slot.reply_seq());
-            } else if waiting != 0 && idle::yields_here(waiting) {
+            }
+            let yielding_on = slot.yielding_on().load(Ordering::Relaxed);
+            if yielding_on != 0 && idle::yields_here(yielding_on) {
                 any = Some(true);
             }
         }

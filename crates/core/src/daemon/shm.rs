@@ -454,9 +454,6 @@ const S_REQUEST: usize = 0;
 const S_WAITING: usize = BLOCK;
 const S_REPLY: usize = 2 * BLOCK;
 
-/// In a slot's `waiting` word: the client sleeps on the reply's sequence number.
-pub const ASLEEP: u32 = 1;
-
 impl<'a> Slot<'a> {
     /// Taken by a client thread for one call, or holding a posted request (threads of one
     /// process share the slots; the client's own encoding). It lives in the header page,
@@ -471,11 +468,17 @@ impl<'a> Slot<'a> {
     pub fn reply_seq(&self) -> &'a AtomicU32 {
         self.region.u32_at(self.off + S_REPLY)
     }
-    /// What the client does while it waits for the reply: `ASLEEP` on `reply_seq` (the
-    /// server then wakes it), or yielding on a processor (`daemon::idle::yielding_mark`:
-    /// the server then gives that processor up once it has answered, if it is its own).
+    /// How many client threads sleep on `reply_seq` (each adds itself before it sleeps and
+    /// removes itself after): the server wakes them when it is not 0. A count, since any
+    /// number of threads may wait on one slot (`Remote::settle`).
     pub fn waiting(&self) -> &'a AtomicU32 {
         self.region.u32_at(self.off + S_WAITING)
+    }
+    /// The processor a client thread yields on while it waits for the reply
+    /// (`daemon::idle::yielding_mark`, 0 when none): a server that answers it on that
+    /// processor then gives it up. Only a hint: threads waiting on one slot overwrite it.
+    pub fn yielding_on(&self) -> &'a AtomicU32 {
+        self.region.u32_at(self.off + S_WAITING + 4)
     }
 
     /// Whether a request waits for its reply (read by the server).
