@@ -36,6 +36,9 @@ pub(super) struct Idle {
     alone: bool,
     scans: u32,
     since: Option<Instant>,
+    /// The server woke from a sleep and has served nothing since (a timeout, a client
+    /// connecting): it sleeps again at once rather than scan for a window first.
+    woke_idle: bool,
 }
 
 impl Idle {
@@ -49,6 +52,7 @@ impl Idle {
             alone,
             scans: 0,
             since: None,
+            woke_idle: false,
         }
     }
 
@@ -57,13 +61,22 @@ impl Idle {
     pub fn served(&mut self, client_here: bool) {
         self.scans = 0;
         self.since = None;
+        self.woke_idle = false;
         if client_here {
             std::thread::yield_now();
         }
     }
 
+    /// The server woke from a sleep.
+    pub fn woke(&mut self) {
+        self.woke_idle = true;
+    }
+
     /// A scan found no request: true to scan again, false to sleep.
     pub fn scan_again(&mut self) -> bool {
+        if self.woke_idle {
+            return false;
+        }
         self.scans += 1;
         let go_on = if self.alone {
             self.scan_again_alone()
@@ -132,6 +145,19 @@ mod tests {
         // A request served starts the window again.
         idle.served(false);
         assert!(until_sleep(&mut idle).1 >= SPIN_WINDOW);
+    }
+
+    #[test]
+    fn a_server_woken_without_a_request_sleeps_again_at_once() {
+        for alone in [false, true] {
+            let mut idle = Idle::with(alone);
+            idle.woke();
+            assert!(!idle.scan_again(), "alone: {alone}");
+            assert!(!idle.scan_again(), "alone: {alone}");
+            // A request served: the next idle spell scans again.
+            idle.served(false);
+            assert!(idle.scan_again(), "alone: {alone}");
+        }
     }
 
     #[test]

@@ -436,6 +436,7 @@ fn run_loop(
                 // No futex_waitv (Linux before 5.16): poll the slots at a slow pace.
                 futex::wait(&sh.ctl, ctl_seen, Duration::from_millis(1));
             }
+            idle.woke();
         }
         common.sleeping().store(0, Ordering::SeqCst);
     }

@@ -6,17 +6,20 @@ use super::Daemon;
 use engram_core::Fs;
 use std::time::Duration;
 
-/// Processor time the daemon's server loop has used (it runs on the thread `Daemon::start`
-/// spawned; other tests' threads in this process are not counted).
-fn server_time(d: &Daemon) -> Duration {
+/// The processor-time clock of a thread.
+fn thread_clock<T>(thread: &std::thread::JoinHandle<T>) -> libc::clockid_t {
     use std::os::unix::thread::JoinHandleExt;
-    let thread = d.thread.as_ref().expect("the daemon runs").as_pthread_t();
     let mut clock: libc::clockid_t = 0;
-    // SAFETY: the thread is alive (joined only on stop); the call writes one clockid_t.
+    // SAFETY: the thread has not been joined, so its pthread_t is valid; the call writes
+    // one clockid_t.
     assert_eq!(
-        unsafe { libc::pthread_getcpuclockid(thread, &mut clock) },
+        unsafe { libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) },
         0
     );
+    clock
+}
+
+fn cpu_time_of(clock: libc::clockid_t) -> Duration {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -24,6 +27,12 @@ fn server_time(d: &Daemon) -> Duration {
     // SAFETY: clock_gettime writes one timespec.
     assert_eq!(unsafe { libc::clock_gettime(clock, &mut t) }, 0);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Processor time the daemon's server loop has used (it runs on the thread `Daemon::start`
+/// spawned; other tests' threads in this process are not counted).
+fn server_time(d: &Daemon) -> Duration {
+    cpu_time_of(thread_clock(d.thread.as_ref().expect("the daemon runs")))
 }
 
 /// Processor time the server uses while this thread sleeps for `span`.
@@ -59,4 +68,52 @@ fn an_idle_daemon_sleeps_with_and_without_clients() {
     // And it still answers at once after sleeping.
     fs.write_file("/after-sleep", b"x").unwrap();
     assert_eq!(fs.read_file("/after-sleep").unwrap(), b"x");
+}
+
+/// A daemon stopped by a bare flag (`serve`, for embedders) wakes every 200 ms to look at
+/// it; each of those wake-ups finds no request and sleeps again at once, without scanning
+/// the slots for the window that follows a request.
+#[test]
+fn a_daemon_polling_its_stop_flag_sleeps_again_at_once() {
+    use engram_core::daemon::{ServeOptions, serve};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let pool = std::path::PathBuf::from(format!(
+        "/dev/shm/engram-daemon-{}-flag.pool",
+        std::process::id()
+    ));
+    let socket = std::path::PathBuf::from(format!(
+        "/tmp/engram-daemon-{}-flag.sock",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&pool);
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (p, s, st) = (pool.clone(), socket.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        let opts = ServeOptions {
+            socket: s,
+            idle_exit: None,
+            log_clients: false,
+        };
+        serve(&p, &opts, &st, &|_| {})
+    });
+    while !socket.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let fs = Fs::connect(&socket).unwrap();
+    fs.statfs().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let clock = thread_clock(&thread);
+    let before = cpu_time_of(clock);
+    // Five wake-ups to look at the flag.
+    std::thread::sleep(Duration::from_millis(1000));
+    let used = cpu_time_of(clock) - before;
+    assert!(
+        used < Duration::from_millis(10),
+        "{used:?} of processor in 1 s of polling"
+    );
+    drop(fs);
+    stop.store(true, Ordering::SeqCst);
+    thread.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&pool);
 }
