@@ -57,12 +57,14 @@ impl Idle {
     }
 
     /// A scan served requests. `client_here`: one of them was from a client waiting on this
-    /// processor, which gets it now.
+    /// processor, which gets it now if the server has only this one. (With several, the
+    /// yield handed the processor to whatever else was runnable there: two client processes
+    /// overwriting pages on two cores got half their throughput.)
     pub fn served(&mut self, client_here: bool) {
         self.scans = 0;
         self.since = None;
         self.woke_idle = false;
-        if client_here {
+        if client_here && self.alone {
             std::thread::yield_now();
         }
     }
