@@ -6,16 +6,31 @@ use std::time::{Duration, Instant};
 /// Sleep while `word` holds `expected` (or until `timeout`). A shared futex: the word may be
 /// in memory mapped by other processes.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    wait_op(word, expected, timeout, libc::FUTEX_WAIT);
+}
+
+/// `wait` for a word only this process uses (woken with `wake_private`).
+pub fn wait_private(word: &AtomicU32, expected: u32, timeout: Duration) {
+    wait_op(
+        word,
+        expected,
+        timeout,
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+    );
+}
+
+fn wait_op(word: &AtomicU32, expected: u32, timeout: Duration, op: libc::c_int) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
-    // SAFETY: a FUTEX_WAIT on a valid, aligned u32 with a valid timespec.
+    // SAFETY: a FUTEX_WAIT (shared or private) on a valid, aligned u32 with a valid
+    // timespec.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT,
+            op,
             expected,
             &ts as *const libc::timespec,
         );
@@ -66,7 +81,7 @@ pub const MAX_WAITERS: usize = 128;
 
 /// Sleep until one of the words no longer holds its expected value or is woken, or until
 /// `deadline` (none: no timeout). Returns false if futex_waitv is unavailable (before
-/// Linux 5.16), in which case the caller must fall back to polling.
+/// Linux 5.16, or refused), in which case the caller must fall back to polling.
 pub fn wait_any(words: &[Waiter<'_>], deadline: Option<Instant>) -> bool {
     let v: Vec<FutexWaitv> = words
         .iter()
@@ -113,5 +128,12 @@ pub fn wait_any(words: &[Waiter<'_>], deadline: Option<Instant>) -> bool {
             libc::CLOCK_MONOTONIC,
         )
     };
-    !(r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+    // Woken, a word changed (EAGAIN), the deadline (ETIMEDOUT) or a signal (EINTR): the
+    // caller looks again. Anything else (ENOSYS before 5.16, EPERM from a seccomp filter)
+    // would return at once every time, and the caller would spin: it polls instead.
+    r >= 0
+        || matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR)
+        )
 }

@@ -434,7 +434,7 @@ fn run_loop(
             };
             if !futex::wait_any(&waiters, deadline) {
                 // No futex_waitv (Linux before 5.16): poll the slots at a slow pace.
-                futex::wait(&sh.ctl, ctl_seen, Duration::from_millis(1));
+                futex::wait_private(&sh.ctl, ctl_seen, Duration::from_millis(1));
             }
             idle.woke();
         }

@@ -86,7 +86,16 @@ fn a_daemon_polling_its_stop_flag_sleeps_again_at_once() {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&pool);
+    let _ = std::fs::remove_file(&socket);
     Fs::mkfs(&pool, 16 << 20).unwrap();
+    /// Removes the pool however the test ends.
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _pool_file = Remove(pool.clone());
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let (p, s, st) = (pool.clone(), socket.clone(), stop.clone());
     let thread = std::thread::spawn(move || {
@@ -97,9 +106,13 @@ fn a_daemon_polling_its_stop_flag_sleeps_again_at_once() {
         };
         serve(&p, &opts, &st, &|_| {})
     });
-    while !socket.exists() {
+    for _ in 0..2000 {
+        if socket.exists() || thread.is_finished() {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert!(socket.exists(), "the daemon did not start listening");
     let fs = Fs::connect(&socket).unwrap();
     fs.statfs().unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -115,5 +128,4 @@ fn a_daemon_polling_its_stop_flag_sleeps_again_at_once() {
     drop(fs);
     stop.store(true, Ordering::SeqCst);
     thread.join().unwrap().unwrap();
-    let _ = std::fs::remove_file(&pool);
 }
