@@ -10,12 +10,13 @@
 //! - **Several processors:** the server scans for `SPIN_WINDOW` after its last request
 //!   without giving its processor up, then sleeps. A yield would hand the processor to
 //!   whatever else is runnable there for its whole slice, while the requests come from
-//!   the other cores. It yields only to a client that waits for its reply on the server's
-//!   own processor (the client says so in its slot): that client cannot run otherwise.
+//!   the other cores.
 //! - **One processor** (the affinity mask or CPU quota allows one): every client shares it,
 //!   so the scan yields every `YIELD_EVERY` scans once idle for `SPIN_TIME`, and sleeps
 //!   after `ALONE_SPINS` scans, or at once when a yield shows that another thread wanted
-//!   the processor.
+//!   the processor. Having answered a client that waits for its reply on the server's
+//!   processor (the client says so in its slot), the server yields once: that client
+//!   cannot run otherwise.
 
 use super::client::SPIN_TIME;
 use std::time::{Duration, Instant};
@@ -56,15 +57,20 @@ impl Idle {
         }
     }
 
+    /// Whether the server yields to the clients that wait on its processor (only when it has
+    /// one: with several, the yield handed the processor to whatever else was runnable there,
+    /// and two client processes overwriting pages on two cores got half their throughput).
+    pub fn yields_to_clients(&self) -> bool {
+        self.alone
+    }
+
     /// A scan served requests. `client_here`: one of them was from a client waiting on this
-    /// processor, which gets it now if the server has only this one. (With several, the
-    /// yield handed the processor to whatever else was runnable there: two client processes
-    /// overwriting pages on two cores got half their throughput.)
+    /// processor (only looked for when `yields_to_clients`), which gets it now.
     pub fn served(&mut self, client_here: bool) {
         self.scans = 0;
         self.since = None;
         self.woke_idle = false;
-        if client_here && self.alone {
+        if client_here {
             std::thread::yield_now();
         }
     }

@@ -383,7 +383,7 @@ fn run_loop(
             _ => None,
         };
         if let Some(client_here) =
-            serve_slots(server, sh.area, &clients, &mut buf, &mut active, log)
+            serve_slots(server, sh.area, &clients, &mut buf, &mut active, &idle, log)
         {
             idle.served(client_here);
             continue;
@@ -403,7 +403,7 @@ fn run_loop(
             .collect();
         common.sleeping().store(1, Ordering::SeqCst);
         if let Some(client_here) =
-            serve_slots(server, sh.area, &clients, &mut buf, &mut active, log)
+            serve_slots(server, sh.area, &clients, &mut buf, &mut active, &idle, log)
         {
             idle.served(client_here);
         } else if !stop.stopped() {
@@ -444,7 +444,8 @@ fn run_loop(
 }
 
 /// Handle every posted request once; returns None if there were none, else whether one
-/// came from a client that waits for its reply on this thread's processor. The slots are in
+/// came from a client that waits for its reply on this thread's processor (looked for only
+/// if `idle` yields to such clients). The slots are in
 /// memory the clients write: only a slot whose request awaits its reply is read, its
 /// length is clamped, and the request is decoded and validated like any other input. A
 /// request is served with the identity and credentials of the client whose region it is
@@ -455,6 +456,7 @@ fn serve_slots(
     clients: &[Client],
     (buf, inbuf): &mut (Writer, Vec<u8>),
     active: &mut FastSet<ClientId>,
+    idle: &Idle,
     log: &(dyn Fn(&str) + Sync),
 ) -> Option<bool> {
     let mut any = None;
@@ -491,9 +493,11 @@ fn serve_slots(
             if slot.waiting().load(Ordering::SeqCst) != 0 {
                 futex::wake(slot.reply_seq());
             }
-            let yielding_on = slot.yielding_on().load(Ordering::Relaxed);
-            if yielding_on != 0 && idle::yields_here(yielding_on) {
-                any = Some(true);
+            if idle.yields_to_clients() {
+                let yielding_on = slot.yielding_on().load(Ordering::Relaxed);
+                if yielding_on != 0 && idle::yields_here(yielding_on) {
+                    any = Some(true);
+                }
             }
         }
     }
