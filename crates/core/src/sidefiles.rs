@@ -53,6 +53,17 @@ pub fn map_file(pool: u64, ino: u64, generation: u32) -> String {
     format!("{DIR}/{}{ino}-{generation}", prefix(MAP, pool))
 }
 
+/// The mode bit of a mapping file that holds the file's contents plus its mappings' stores
+/// (set by the shim once it has filled it, cleared by the server when writes may no longer
+/// reach it): only such a file is written back when its last holder died
+/// (`server/backing.rs`).
+pub const MAP_CURRENT: u32 = libc::S_ISVTX;
+
+/// Whether a mapping file of mode `mode` is marked current (`MAP_CURRENT`).
+pub fn map_file_is_current(mode: u32) -> bool {
+    mode & MAP_CURRENT != 0
+}
+
 const LOCK: &str = "engram-lock";
 const MAP: &str = "engram-map";
 
@@ -67,7 +78,19 @@ pub fn list(path: &Path) -> Vec<PathBuf> {
         Ok(canonical) => pool_id(&canonical),
         Err(_) => pool_id(path),
     };
-    let prefixes = [prefix(LOCK, id), prefix(MAP, id)];
+    list_with(&[prefix(LOCK, id), prefix(MAP, id)])
+}
+
+/// The inode and generation of each mapping file of pool `id`.
+pub fn map_files_of(id: u64) -> Vec<(u64, u32)> {
+    list_with(&[prefix(MAP, id)])
+        .iter()
+        .filter_map(|f| inode_of(f.file_name()?.as_encoded_bytes()))
+        .collect()
+}
+
+/// The files in `DIR` whose names start with one of `prefixes`.
+fn list_with(prefixes: &[String]) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir(DIR) else {
         return Vec::new();
     };
@@ -104,7 +127,7 @@ fn inode_of(name: &[u8]) -> Option<(u64, u32)> {
 }
 
 /// Whether inode `ino` of the mounted pool is in use with this generation.
-fn is_live(pool: &Pool, geo: &Geometry, ino: u64, generation: u32) -> bool {
+pub(crate) fn is_live(pool: &Pool, geo: &Geometry, ino: u64, generation: u32) -> bool {
     if ino == 0 || ino >= geo.inode_count {
         return false;
     }

@@ -15,7 +15,7 @@ use crate::session::{self, op};
 use crate::table::OpenFile;
 use crate::util::{Res, en, errno, guard};
 use crate::{ours, real};
-use engram_core::Handle;
+use engram_core::{Handle, sidefiles};
 use libc::{c_int, c_void, off_t, size_t};
 use std::cell::Cell;
 use std::ffi::CString;
@@ -204,6 +204,43 @@ fn fill_backing(of: &OpenFile, fd: c_int, from: u64, to: u64) -> Res<()> {
     Ok(())
 }
 
+/// A backing file this process alone holds: if it is marked current
+/// (`sidefiles::MAP_CURRENT`), it may hold stores of processes that died mapping the file;
+/// write every page in which it differs from the file (outside `skip`, file offsets just
+/// written back) into the file, as those processes' exits would have.
+fn write_back_left(of: &OpenFile, fd: c_int, skip: std::ops::Range<u64>) -> Res<()> {
+    // SAFETY: fstat of our own backing descriptor into a local buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { real::fstat(fd, &mut st) } != 0 {
+        return Err(errno());
+    }
+    if !sidefiles::map_file_is_current(st.st_mode) || st.st_size == 0 {
+        return Ok(());
+    }
+    let end = crate::io::size_of(of)?.min(st.st_size as u64);
+    let (mut left, mut file) = (vec![0u8; PAGE], vec![0u8; PAGE]);
+    let mut at = 0;
+    while at < end {
+        if skip.contains(&at) {
+            at = skip.end;
+            continue;
+        }
+        let n = PAGE.min((end - at) as usize);
+        // SAFETY: reading into a local buffer from our backing descriptor.
+        let got = unsafe { real::pread64(fd, left.as_mut_ptr() as *mut c_void, n, at as off_t) };
+        if got != n as isize {
+            return Err(if got < 0 { errno() } else { libc::EIO });
+        }
+        load(of, &mut file[..n], at)?;
+        if left[..n] != file[..n] {
+            pwrite_of(of, &left[..n], at)?;
+        }
+        at += n as u64;
+    }
+    Ok(())
+}
+
 fn backing_size(fd: c_int) -> Res<u64> {
     // SAFETY: fstat into a local buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -238,19 +275,31 @@ fn shared(
         let _ = session::fs().map(|fs| fs.set_mapped(h, false));
     })?;
     let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
+    if first {
+        // Left by a process that died mapping the file, and not yet written back by the
+        // server (which has not yet seen the death): its stores first.
+        write_back_left(of, fd, 0..0)?;
+    }
     let setup = || -> Res<()> {
         let _fill = FillLock::exclusive(fd);
-        // SAFETY: ftruncate and flock on our own backing descriptor.
+        // SAFETY: ftruncate, fchmod and flock on our own backing descriptor.
         unsafe {
             if first {
                 // Nobody maps this inode: start from the file's current contents, then
                 // let others join (on failure the descriptor's close drops the lock).
+                // Not current while it is filled: a death now leaves nothing to write back.
                 let size = crate::io::size_of(of)?;
                 let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
-                if real::ftruncate(fd, 0) != 0 || real::ftruncate(fd, want as off_t) != 0 {
+                if real::fchmod(fd, 0o600) != 0
+                    || real::ftruncate(fd, 0) != 0
+                    || real::ftruncate(fd, want as off_t) != 0
+                {
                     return Err(errno());
                 }
                 fill_backing(of, fd, 0, size.min(want))?;
+                if real::fchmod(fd, 0o600 | sidefiles::MAP_CURRENT) != 0 {
+                    return Err(errno());
+                }
                 real::flock(fd, libc::LOCK_SH);
             } else {
                 let have = backing_size(fd)?;
@@ -258,7 +307,14 @@ fn shared(
                     if real::ftruncate(fd, end as off_t) != 0 {
                         return Err(errno());
                     }
-                    fill_backing(of, fd, have, end)?;
+                    // Half filled, the new part would be written back over the file as
+                    // if the mappings had stored zeros there.
+                    if let Err(e) = fill_backing(of, fd, have, end) {
+                        if real::ftruncate(fd, have as off_t) != 0 {
+                            real::fchmod(fd, 0o600);
+                        }
+                        return Err(e);
+                    }
                 }
             }
         }
@@ -602,9 +658,14 @@ fn forget(m: Mapping) {
         NMAPS.fetch_sub(1, Ordering::AcqRel);
         return;
     }
-    // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
+    // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file,
+    // after the stores of any process that died mapping another part of it.
     unsafe {
         if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+            let mine = m.off..m.off + m.len as u64;
+            let _ = guard(-1, || {
+                write_back_left(&m.of, m.backing, mine.clone()).map(|_| 0)
+            });
             real::unlink(m.name.as_ptr());
         }
     }

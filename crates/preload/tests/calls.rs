@@ -10,6 +10,7 @@
 mod common;
 
 use common::{Pool, output, require};
+use engram_core::sidefiles;
 use std::time::Duration;
 
 #[test]
@@ -101,6 +102,31 @@ fn posix_spawn_file_actions_reach_the_pool() {
 #[test]
 fn a_shared_mapping_shows_other_processes_writes() {
     c_program_via_daemon("mapshare", "MAPSHARE-OK");
+}
+
+/// Stores through a shared writable mapping of a client that ends by `_exit` or SIGKILL
+/// reach the file once the daemon sees it gone, and its backing file goes; stores a dead
+/// child left outside its live parent's mapping reach the file when the parent unmaps
+/// (tests/c/mapdeath.c).
+#[test]
+fn mapped_stores_of_a_client_that_died_reach_the_file() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("mapdeath", 64);
+    let exe = common::compile_c("mapdeath", &p.scratch);
+    let exe = exe.display();
+    let m = common::MOUNT;
+    let out = p.sh(&format!(
+        "{exe} {m} store exited exit; {exe} {m} check exited 10000; \
+         ! {exe} {m} store killed kill; {exe} {m} check killed 10000; \
+         {exe} {m} split split -; {exe} {m} check split 0"
+    ));
+    assert_eq!(out.matches("MAPDEATH-OK").count(), 3, "{out}");
+    let id = sidefiles::pool_id(&std::fs::canonicalize(&p.pool).unwrap());
+    let left = sidefiles::map_files_of(id);
+    assert!(left.is_empty(), "backing files left: {left:?}");
+    p.fsck();
 }
 
 /// A child forked while another thread spawns (the lock files are inheritable for that

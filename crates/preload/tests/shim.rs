@@ -101,6 +101,37 @@ fn mapped_stores_reach_the_file_at_exit_and_exec_without_munmap() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Stores through a shared writable mapping of a process that ends by `_exit` or SIGKILL
+/// (no exit handler runs) reach the file when the pool is next opened, and the mapping's
+/// backing file goes (tests/c/mapdeath.c: each run a process of its own).
+#[test]
+fn mapped_stores_of_a_process_that_died_reach_the_file_at_the_next_open() {
+    if !common::require("gcc", "gcc") {
+        return;
+    }
+    let (dir, pool) = fresh_pool("mapdeath");
+    let exe = common::compile_c("mapdeath", &dir);
+    let exe = exe.display();
+    let out = in_process(
+        &pool,
+        &format!(
+            "{exe} {MOUNT} store exited exit; {exe} {MOUNT} store killed kill; \
+             {exe} {MOUNT} check exited 0 && {exe} {MOUNT} check killed 0"
+        ),
+    );
+    let left = engram_core::sidefiles::list(&pool);
+    common::remove_lock_files(&pool);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.matches("MAPDEATH-OK").count() == 2,
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(left.is_empty(), "side files left: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_closed_number_kept_as_a_spare_is_closed_to_the_program() {
     c_program_in_process("spare", "SPARE-OK", false);

@@ -248,6 +248,7 @@ fn run(
         mapped: common.mapped(),
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
+    server.use_side_files(crate::sidefiles::pool_id(&abs_path));
     let listener = bind(&opts.socket)?;
     let socket_file = file_id(&opts.socket);
     log(&format!(

@@ -120,6 +120,11 @@ impl Fs {
         })?;
         let fs = Fs::open_pool(pool, opts)?;
         crate::sidefiles::remove_dead(path, &fs.core.pool, &fs.core.geo);
+        if let (Ok(canonical), Transport::InProcess(m)) =
+            (std::fs::canonicalize(path), &fs.core.transport)
+        {
+            lock(m).use_side_files(crate::sidefiles::pool_id(&canonical));
+        }
         Ok(fs)
     }
 

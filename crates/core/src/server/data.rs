@@ -163,7 +163,7 @@ impl Server {
 
     /// Map `pages` into the file and set its size to at least `end`: a write commit whose
     /// page numbers and data pages have been checked.
-    fn commit_pages(
+    pub(super) fn commit_pages(
         &mut self,
         h: Handle,
         d: &InodeData,

@@ -76,6 +76,8 @@ impl Server {
             *total = total.saturating_sub(n);
             if *total == 0 {
                 self.mappings.total.remove(&ino);
+                // While the bit is still set: a backing file left behind is current.
+                self.settle_backing(ino);
                 self.shared.mapped.set(ino, false);
             }
         }

@@ -5,6 +5,7 @@
 //! persisted first, the record is persisted, then applied in place under the sequence
 //! counters of the inodes it touches, so lock-free readers retry instead of seeing half.
 
+mod backing;
 mod data;
 mod fsck;
 pub use fsck::FsckReport;
@@ -90,6 +91,9 @@ pub struct Server {
     /// Buffers reused across requests (see `take_bufs`).
     spare_entries: Vec<Entry>,
     spare_items: Vec<Item>,
+    /// The pool's number in side-file names (`sidefiles::pool_id`), once the opener has
+    /// told it (`use_side_files`): backing files left behind are then written back.
+    side_files: Option<u64>,
 }
 
 impl Server {
@@ -126,6 +130,7 @@ impl Server {
             dir_hints: RefCell::default(),
             spare_entries: Vec::with_capacity(16),
             spare_items: Vec::with_capacity(8),
+            side_files: None,
         }
     }
 

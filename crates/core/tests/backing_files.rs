@@ -1,0 +1,89 @@
+//! Backing files of shared mappings left in /dev/shm by a process that died mapping a file
+//! (server/backing.rs): at the next open of the pool, one marked current that no process
+//! holds is written back into its file page by page and removed; one not marked (its fill
+//! never finished) is removed without touching the file; one a process still holds is left
+//! and unmarked, never to be written back.
+
+mod common;
+
+use common::{PoolFile, assert_clean};
+use engram_core::{Fs, OpenOptions, sidefiles};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+const PAGE: usize = 4096;
+const SIZE: usize = 3 * PAGE + 100;
+
+/// A pool holding /f (SIZE bytes of b'a'), closed; and the name of /f's backing file.
+fn pool_with_file(tag: &str) -> (PoolFile, String) {
+    let p = PoolFile::new(tag);
+    let fs = p.mkfs_open(16 << 20);
+    fs.write_file("/f", &[b'a'; SIZE]).unwrap();
+    let h = fs.open_file("/f", &OpenOptions::new()).unwrap().handle();
+    fs.unmount().unwrap();
+    let id = sidefiles::pool_id(&std::fs::canonicalize(p.path()).unwrap());
+    (p, sidefiles::map_file(id, h.ino, h.generation))
+}
+
+/// A backing file image: the file, with stores in its second page and past its end.
+fn image() -> Vec<u8> {
+    let mut img = vec![b'a'; 4 * PAGE];
+    img[SIZE..].fill(0);
+    img[5000..5010].copy_from_slice(b"ZZZZZZZZZZ");
+    img[SIZE + 50..SIZE + 60].copy_from_slice(b"QQQQQQQQQQ");
+    img
+}
+
+fn leave(name: &str, img: &[u8], mode: u32) {
+    std::fs::write(name, img).unwrap();
+    std::fs::set_permissions(name, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_current_backing_file_nobody_holds_is_written_back_and_removed() {
+    let (p, name) = pool_with_file("current");
+    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
+    let fs = p.open();
+    let mut want = vec![b'a'; SIZE];
+    want[5000..5010].copy_from_slice(b"ZZZZZZZZZZ");
+    assert_eq!(fs.read_file("/f").unwrap(), want);
+    assert!(!Path::new(&name).exists(), "the backing file was left");
+    // Only the changed page was replaced: the file holds four data pages, as before.
+    assert_eq!(fs.stat("/f").unwrap().blocks * 512, 4 * PAGE as u64);
+    // The store past the end of file did not become file data.
+    fs.truncate("/f", 4 * PAGE as u64).unwrap();
+    assert!(fs.read_file("/f").unwrap()[SIZE..].iter().all(|&b| b == 0));
+    assert_clean(&fs);
+}
+
+#[test]
+fn a_backing_file_not_marked_current_is_removed_and_not_written_back() {
+    let (p, name) = pool_with_file("unmarked");
+    leave(&name, &image(), 0o600);
+    let fs = p.open();
+    assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
+    assert!(!Path::new(&name).exists(), "the backing file was left");
+}
+
+#[test]
+fn a_backing_file_a_process_holds_is_left_unmarked_and_not_written_back() {
+    let (p, name) = pool_with_file("held");
+    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
+    let held = std::fs::File::open(&name).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_SH) }, 0);
+    let fs = p.open();
+    assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
+    let mode = std::fs::metadata(&name).unwrap().permissions().mode();
+    assert!(
+        !sidefiles::map_file_is_current(mode),
+        "still marked: {mode:o}"
+    );
+    drop(fs);
+    drop(held);
+    // Once nobody holds it, the next open removes it, still without writing it back.
+    let fs = Fs::open(p.path(), &Default::default()).unwrap();
+    assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
+    assert!(!Path::new(&name).exists(), "the backing file was left");
+}

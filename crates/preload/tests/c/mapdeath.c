@@ -1,0 +1,112 @@
+/* Stores through a shared writable mapping outlive a process that ends without munmap,
+ * msync or exit handlers (_exit, SIGKILL), as on Linux: the pool's server writes them back
+ * once it sees that no process maps the file any more.
+ *   mapdeath PREFIX store NAME exit|kill   write, map, store, then end abruptly
+ *   mapdeath PREFIX split NAME -            map the first page, fork a child that maps the
+ *                                           rest, stores and ends by _exit; then munmap
+ *   mapdeath PREFIX check NAME MS           wait up to MS ms for the stores, then check
+ * The file is 3 pages and 100 bytes; the mapping covers 4 pages, and a store past the end
+ * of file must not become file data (Linux drops it too). Prints MAPDEATH-OK. */
+#define _GNU_SOURCE
+#include "check.h"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PG 4096
+#define SIZE (3 * PG + 100)
+
+static const char WRITTEN[] = "written with write()\n";
+static const char FIRST[] = "stored in the first page";
+static const char THIRD[] = "stored in the third page";
+static const char BEYOND[] = "stored past the end of file";
+
+static int stored(int fd) {
+    char buf[64];
+    if (pread(fd, buf, sizeof FIRST - 1, 100) != sizeof FIRST - 1 ||
+        memcmp(buf, FIRST, sizeof FIRST - 1) != 0)
+        return 0;
+    if (pread(fd, buf, sizeof THIRD - 1, 2 * PG + 10) != sizeof THIRD - 1 ||
+        memcmp(buf, THIRD, sizeof THIRD - 1) != 0)
+        return 0;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 5);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", argv[1], argv[3]);
+    if (strcmp(argv[2], "store") == 0) {
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0);
+        CHECK(write(fd, WRITTEN, sizeof WRITTEN - 1) == sizeof WRITTEN - 1);
+        CHECK(ftruncate(fd, SIZE) == 0);
+        char *p = mmap(NULL, 4 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        CHECK(p != MAP_FAILED);
+        CHECK(memcmp(p, WRITTEN, sizeof WRITTEN - 1) == 0);
+        memcpy(p + 100, FIRST, sizeof FIRST - 1);
+        memcpy(p + 2 * PG + 10, THIRD, sizeof THIRD - 1);
+        memcpy(p + SIZE + 50, BEYOND, sizeof BEYOND - 1);
+        if (strcmp(argv[4], "kill") == 0)
+            raise(SIGKILL);
+        _exit(0);
+    }
+    if (strcmp(argv[2], "split") == 0) {
+        /* The child's stores lie outside the parent's mapping: the last process to give
+         * its mapping up writes back what the dead one left in the rest of the file. */
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0);
+        CHECK(write(fd, WRITTEN, sizeof WRITTEN - 1) == sizeof WRITTEN - 1);
+        CHECK(ftruncate(fd, SIZE) == 0);
+        char *p = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        CHECK(p != MAP_FAILED);
+        memcpy(p + 100, FIRST, sizeof FIRST - 1);
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child == 0) {
+            char *q = mmap(NULL, 2 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 2 * PG);
+            if (q == MAP_FAILED)
+                _exit(2);
+            memcpy(q + 10, THIRD, sizeof THIRD - 1);
+            memcpy(q + SIZE - 2 * PG + 50, BEYOND, sizeof BEYOND - 1);
+            _exit(0);
+        }
+        int status;
+        CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0);
+        CHECK(munmap(p, PG) == 0);
+        close(fd);
+        return 0;
+    }
+    CHECK(strcmp(argv[2], "check") == 0);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    long waited = 0, limit = atol(argv[4]);
+    struct timespec ms = {0, 1000000};
+    /* Through a daemon the write-back follows the daemon's notice of the death, which
+     * comes a moment after the process is gone. */
+    while (!stored(fd) && waited < limit) {
+        nanosleep(&ms, NULL);
+        waited++;
+    }
+    CHECK(stored(fd));
+    char buf[PG];
+    CHECK(pread(fd, buf, sizeof WRITTEN - 1, 0) == sizeof WRITTEN - 1);
+    CHECK(memcmp(buf, WRITTEN, sizeof WRITTEN - 1) == 0);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0 && st.st_size == SIZE);
+    /* Grown again, the file reads zeros where the mapping stored past its end. */
+    CHECK(ftruncate(fd, 4 * PG) == 0);
+    CHECK(pread(fd, buf, PG, 3 * PG) == PG);
+    for (int i = 100; i < PG; i++)
+        CHECK(buf[i] == 0);
+    close(fd);
+    printf("MAPDEATH-OK waited %ld ms\n", waited);
+    return 0;
+}
