@@ -5,15 +5,16 @@
 //! reaches the pool, in-process or through the daemon, finds the same file.
 //!
 //! The shim removes a mapping file at the last unmap of the inode, but not a lock file when
-//! its file goes away (only the server knows when no process still has the inode open), and
-//! a program killed while mapping leaves its mapping file too. All of a path's files go
-//! when a pool is made anew there (`Fs::mkfs`). When the pool is mounted
-//! (`Fs::open`, `engram serve`), the files of inodes that are no longer live (freed, or the
-//! slot reused with another generation) are removed: no process can open such an inode
-//! again, so no new holder can come to contend with one still holding the file. A file of
-//! a live inode stays, even with no process using it: a process that outlived the pool's
-//! last user (a forked child holding a flock, a client of a daemon since restarted) may
-//! still hold it, and a new file under its name would split that inode's locks in two.
+//! its file goes away (only the server knows when no process still has the inode open). A
+//! program killed while mapping leaves its mapping file, which the server writes back and
+//! removes (`server/backing.rs`). All of a path's files go when a pool is made anew there
+//! (`Fs::mkfs`). When the pool is mounted (`Fs::open`, `engram serve`), the files of inodes
+//! that are no longer live (freed, or the slot reused with another generation) are removed:
+//! no process can open such an inode again, so no new holder can come to contend with one
+//! still holding the file. A lock file of a live inode stays, even with no process using
+//! it: a process that outlived the pool's last user (a forked child holding a flock, a
+//! client of a daemon since restarted) may still hold it, and a new file under its name
+//! would split that inode's locks in two.
 
 use crate::inode::{InodeData, field};
 use crate::layout::Geometry;
