@@ -134,6 +134,13 @@ pub enum Request {
         repair: bool,
     },
     Stats,
+    /// The sender reaped (or saw exit) process `pid`: answered once no client of that
+    /// process is still connected, so that what the daemon does at a client's death (a
+    /// mapping's stores written back, `server/backing.rs`) is done before the sender goes
+    /// on. In-process (no other client) answered at once.
+    Gone {
+        pid: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -183,6 +190,7 @@ impl Request {
             Request::Sync => "sync",
             Request::Fsck { .. } => "fsck",
             Request::Stats => "stats",
+            Request::Gone { .. } => "gone",
         }
     }
 }

@@ -276,6 +276,10 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             w.handle(*target);
             w.u8(*on as u8);
         }
+        Request::Gone { pid } => {
+            w.u8(19);
+            w.u32(*pid);
+        }
     }
 }
 
@@ -384,6 +388,7 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
             target: r.handle()?,
             on: r.u8()? != 0,
         },
+        19 => Request::Gone { pid: r.u32()? },
         _ => return Err(bad()),
     };
     r.done()?;
@@ -558,6 +563,7 @@ mod tests {
                 target: h,
                 on: true,
             },
+            Request::Gone { pid: 4242 },
         ];
         for r in reqs {
             let mut w = Writer::default();

@@ -50,6 +50,7 @@ pub mod syscalls;
 pub mod table;
 pub mod tempfiles;
 pub mod util;
+pub mod wait;
 pub mod xfer;
 
 pub use engram_run::{find_library, run, socket_for};

@@ -264,6 +264,11 @@ reals! {
     fn freopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn fork() -> pid_t;
+    fn wait(status: *mut c_int) -> pid_t;
+    fn waitpid(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t;
+    fn wait3(status: *mut c_int, options: c_int, usage: *mut c_void) -> pid_t;
+    fn wait4(pid: pid_t, status: *mut c_int, options: c_int, usage: *mut c_void) -> pid_t;
+    fn waitid(idtype: c_uint, id: c_uint, info: *mut libc::siginfo_t, options: c_int) -> c_int;
     fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fn posix_spawn(pid: *mut pid_t, path: *const c_char, fa: *const c_void, at: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut pid_t, path: *const c_char, fa: *const c_void, at: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;

@@ -117,6 +117,17 @@ fn conn() -> Res<&'static Conn> {
     Ok(unsafe { &*p })
 }
 
+/// This process's daemon connection, if it has one already (never connects).
+pub fn daemon_now() -> Option<&'static Fs> {
+    let p = FAST.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: FAST only ever holds a leaked `Conn`, never freed.
+    let c = unsafe { &*p };
+    c.fs.remote().is_some().then_some(&c.fs)
+}
+
 #[cold]
 fn connect_slow() -> Res<&'static Conn> {
     let epoch = generation();

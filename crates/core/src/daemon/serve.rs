@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::fasthash::FastSet;
 use crate::perm::Creds;
 use crate::recovery;
+use crate::request::Request;
 use crate::server::{self, ClientId, Server};
 use crate::wire::{self, Writer};
 use engram_pmem::Pool;
@@ -90,6 +91,8 @@ pub(super) struct Conn {
     pub stream: UnixStream,
     /// Readable once the client process has exited.
     pub pidfd: Option<OwnedFd>,
+    /// The client's process, as the socket gave it at the connection.
+    pub pid: u32,
 }
 
 #[derive(Default)]
@@ -384,7 +387,7 @@ fn run_loop(
             _ => None,
         };
         if let Some(client_here) =
-            serve_slots(server, sh.area, &clients, &mut buf, &mut active, &idle, log)
+            serve_slots(server, sh, &clients, &mut buf, &mut active, &idle, log)
         {
             idle.served(client_here);
             continue;
@@ -404,7 +407,7 @@ fn run_loop(
             .collect();
         common.sleeping().store(1, Ordering::SeqCst);
         if let Some(client_here) =
-            serve_slots(server, sh.area, &clients, &mut buf, &mut active, &idle, log)
+            serve_slots(server, sh, &clients, &mut buf, &mut active, &idle, log)
         {
             idle.served(client_here);
         } else if !stop.stopped() {
@@ -453,7 +456,7 @@ fn run_loop(
 /// in.
 fn serve_slots(
     server: &mut Server,
-    area: &ClientArea,
+    sh: &Shared<'_>,
     clients: &[Client],
     (buf, inbuf): &mut (Writer, Vec<u8>),
     active: &mut FastSet<ClientId>,
@@ -462,7 +465,7 @@ fn serve_slots(
 ) -> Option<bool> {
     let mut any = None;
     for c in clients {
-        let region = area.region(c.index);
+        let region = sh.area.region(c.index);
         for i in 0..SLOTS_PER_CLIENT {
             let slot = region.slot(i);
             let Some(seq) = slot.pending() else {
@@ -472,7 +475,15 @@ fn serve_slots(
             active.insert(c.id);
             let mut kind = "undecodable request";
             slot.get_request(inbuf);
-            let result = wire::decode_request(inbuf).and_then(|req| {
+            let request = wire::decode_request(inbuf);
+            if let Ok(Request::Gone { pid }) = request
+                && watch::exited_but_connected(sh, pid)
+            {
+                // Answered once the watcher has disconnected that process's clients: left
+                // pending, and looked at again by the next scan.
+                continue;
+            }
+            let result = request.and_then(|req| {
                 kind = req.kind();
                 server.handle(c.id, &c.creds, req)
             });

@@ -32,6 +32,25 @@ fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Whether some connected client is process `pid` and that process has exited (its pidfd
+/// readable, or without one its socket closed): this thread disconnects it a moment later.
+/// Also while clients this thread found gone wait for the server loop (it may be one).
+pub(super) fn exited_but_connected(sh: &Shared<'_>, pid: u32) -> bool {
+    let c = lock(&sh.conns);
+    !c.dead.is_empty()
+        || c.live
+            .values()
+            .filter(|conn| conn.pid == pid)
+            .any(|conn| match &conn.pidfd {
+                Some(p) => {
+                    let mut fd = [pollfd(p.as_raw_fd())];
+                    // SAFETY: polling one descriptor we own, without waiting.
+                    unsafe { libc::poll(fd.as_mut_ptr(), 1, 0) == 1 }
+                }
+                None => socket_closed(&conn.stream),
+            })
+}
+
 /// Whether a readable client socket has closed (a client never sends on it).
 fn socket_closed(stream: &UnixStream) -> bool {
     let mut b = [0u8; 64];
@@ -220,6 +239,7 @@ fn accept(
             creds,
             stream,
             pidfd: pidfd_open(pid),
+            pid: pid as u32,
         },
     );
     c.version += 1;

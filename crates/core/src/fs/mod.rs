@@ -339,6 +339,17 @@ impl Fs {
         }
     }
 
+    /// This process reaped (or saw the exit of) process `pid`: through a daemon, wait until
+    /// the daemon has disconnected that process's clients, so that what it does at their
+    /// death (their mappings' stores written back, `server/backing.rs`) is done before this
+    /// process goes on, as a child's stores are visible on Linux once `waitpid` returns.
+    pub fn client_gone(&self, pid: u32) -> Result<()> {
+        match &self.core.transport {
+            Transport::InProcess(_) => Ok(()),
+            Transport::Remote(r) => r.call(&Request::Gone { pid }).map(drop),
+        }
+    }
+
     /// Whether some process maps inode `ino` shared (see `set_mapped`); one load.
     pub fn mapped_anywhere(&self, ino: u64) -> bool {
         self.core.shared.mapped.contains(ino)

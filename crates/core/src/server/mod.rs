@@ -226,6 +226,9 @@ impl Server {
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Statfs => Ok(Response::StatFs(self.statfs())),
             Request::Sync => self.sync(),
+            // The daemon answers it itself once the process's clients are disconnected;
+            // here there are none.
+            Request::Gone { .. } => Ok(Response::Done),
         }
     }
 

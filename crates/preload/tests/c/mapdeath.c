@@ -4,6 +4,9 @@
  *   mapdeath PREFIX store NAME exit|kill   write, map, store, then end abruptly
  *   mapdeath PREFIX split NAME -            map the first page, fork a child that maps the
  *                                           rest, stores and ends by _exit; then munmap
+ *   mapdeath PREFIX waited NAME ROUNDS      ROUNDS times: a child maps, stores and ends by
+ *                                           _exit; the parent reads the stores as soon as
+ *                                           waitpid returns (through a daemon too)
  *   mapdeath PREFIX check NAME MS           wait up to MS ms for the stores, then check
  * The file is 3 pages and 100 bytes; the mapping covers 4 pages, and a store past the end
  * of file must not become file data (Linux drops it too). Prints MAPDEATH-OK. */
@@ -82,6 +85,31 @@ int main(int argc, char **argv) {
               WEXITSTATUS(status) == 0);
         CHECK(munmap(p, PG) == 0);
         close(fd);
+        return 0;
+    }
+    if (strcmp(argv[2], "waited") == 0) {
+        for (int round = 0; round < atoi(argv[4]); round++) {
+            int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+            CHECK(fd >= 0 && ftruncate(fd, PG) == 0);
+            char want[32], got[32] = {0};
+            snprintf(want, sizeof want, "round %d", round);
+            pid_t child = fork();
+            CHECK(child >= 0);
+            if (child == 0) {
+                char *q = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (q == MAP_FAILED)
+                    _exit(2);
+                strcpy(q, want);
+                _exit(0);
+            }
+            int status;
+            CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0);
+            CHECK(pread(fd, got, strlen(want), 0) == (ssize_t)strlen(want));
+            CHECK(strcmp(got, want) == 0);
+            close(fd);
+        }
+        printf("MAPDEATH-OK waited\n");
         return 0;
     }
     CHECK(strcmp(argv[2], "check") == 0);
