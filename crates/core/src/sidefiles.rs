@@ -65,6 +65,25 @@ pub fn map_file_is_current(mode: u32) -> bool {
     mode & MAP_CURRENT != 0
 }
 
+/// Whether a mapping file may be written back into its file: a regular file with one name,
+/// that nobody but its owner may write, made by a user who may write the file (owner
+/// `fuid`, group `fgid`, mode `fmode`) itself. /dev/shm is open to every user: a file put
+/// there under the right name by one who may not write the file must not reach it. (The
+/// maker's supplementary groups are not known: only its file's group stands for them.)
+pub fn map_file_trusted(st: &libc::stat, fuid: u32, fgid: u32, fmode: u32) -> bool {
+    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let private = st.st_mode & 0o022 == 0;
+    let maker_may_write = st.st_uid == 0
+        || if st.st_uid == fuid {
+            fmode & 0o200 != 0
+        } else if st.st_gid == fgid {
+            fmode & 0o020 != 0
+        } else {
+            fmode & 0o002 != 0
+        };
+    regular && st.st_nlink == 1 && private && maker_may_write
+}
+
 const LOCK: &str = "engram-lock";
 const MAP: &str = "engram-map";
 

@@ -2,7 +2,8 @@
 //! (server/backing.rs): at the next open of the pool, one marked current that no process
 //! holds is written back into its file page by page and removed; one not marked (its fill
 //! never finished) is removed without touching the file; one a process still holds is left
-//! and unmarked, never to be written back.
+//! and unmarked, never to be written back; one made by a user who may not write the file
+//! is never written back.
 
 mod common;
 
@@ -86,4 +87,29 @@ fn a_backing_file_a_process_holds_is_left_unmarked_and_not_written_back() {
     let fs = Fs::open(p.path(), &Default::default()).unwrap();
     assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
     assert!(!Path::new(&name).exists(), "the backing file was left");
+}
+
+/// A file planted in /dev/shm under the backing file's name by a user who may not write the
+/// file is never written back into it; one that others may write is not even touched.
+#[test]
+fn a_backing_file_made_by_someone_who_may_not_write_the_file_is_not_written_back() {
+    // SAFETY: geteuid has no failure.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making a file of another user needs root");
+        return;
+    }
+    let (p, name) = pool_with_file("planted");
+    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
+    std::os::unix::fs::chown(&name, Some(65534), Some(65534)).unwrap();
+    let fs = p.open();
+    assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
+    drop(fs);
+    leave(&name, &image(), 0o666 | sidefiles::MAP_CURRENT);
+    let fs = p.open();
+    assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
+    assert!(
+        Path::new(&name).exists(),
+        "a file others may write was acted on"
+    );
+    let _ = std::fs::remove_file(&name);
 }

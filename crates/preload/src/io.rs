@@ -396,7 +396,15 @@ pub fn truncate_of(of: &OpenFile, len: off_t) -> Res<c_int> {
     if !of.writable() {
         return Err(libc::EINVAL);
     }
+    let h = of.handle();
+    let old = match crate::mmap::maybe_mapped(h.ino) {
+        true => Some(size_of(of)?),
+        false => None,
+    };
     of.with_file(|f| f.set_len(len as u64).map_err(en))?;
+    if let Some(old) = old {
+        crate::mmap::resized(h, old, len as u64);
+    }
     Ok(0)
 }
 
@@ -431,7 +439,16 @@ fn allocate_of(of: &OpenFile, mode: c_int, off: off_t, len: off_t) -> Res<()> {
         libc::FALLOC_FL_KEEP_SIZE => true,
         _ => return Err(libc::EOPNOTSUPP),
     };
-    of.with_file(|f| f.allocate(off as u64, len as u64, keep).map_err(en))
+    let h = of.handle();
+    let old = match !keep && crate::mmap::maybe_mapped(h.ino) {
+        true => Some(size_of(of)?),
+        false => None,
+    };
+    of.with_file(|f| f.allocate(off as u64, len as u64, keep).map_err(en))?;
+    if let Some(old) = old {
+        crate::mmap::resized(h, old, size_of(of)?);
+    }
+    Ok(())
 }
 
 macro_rules! fallocates {

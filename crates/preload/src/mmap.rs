@@ -10,7 +10,7 @@
 //! from the file, and fills under an exclusive lock that writers of the backing file wait
 //! for (`FillLock`): a write is then either in what the fill read or written over it.
 
-use crate::io::{pread_of, pwrite_of};
+use crate::io::pread_of;
 use crate::session::{self, op};
 use crate::table::OpenFile;
 use crate::util::{Res, en, errno, guard};
@@ -129,6 +129,17 @@ impl Drop for FillLock {
     }
 }
 
+/// Write a mapping's bytes back to the file at `off`, where they belong even on a
+/// descriptor opened for appending, and into the backing file's other users' view.
+fn put_back(of: &OpenFile, data: &[u8], off: u64) -> Res<()> {
+    if !of.writable() {
+        return Err(libc::EBADF);
+    }
+    let n = of.with_file(|f| f.write_in_place(data, off).map_err(en))?;
+    written(of, &data[..n], off);
+    Ok(())
+}
+
 /// Fill `dst` from the file at `off` (zeros past its end).
 fn load(of: &OpenFile, dst: &mut [u8], off: u64) -> Res<()> {
     let mut done = 0;
@@ -204,28 +215,25 @@ fn fill_backing(of: &OpenFile, fd: c_int, from: u64, to: u64) -> Res<()> {
     Ok(())
 }
 
-/// A backing file this process alone holds: if it is marked current
-/// (`sidefiles::MAP_CURRENT`), it may hold stores of processes that died mapping the file;
-/// write every page in which it differs from the file (outside `skip`, file offsets just
-/// written back) into the file, as those processes' exits would have.
-fn write_back_left(of: &OpenFile, fd: c_int, skip: std::ops::Range<u64>) -> Res<()> {
-    // SAFETY: fstat of our own backing descriptor into a local buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { real::fstat(fd, &mut st) } != 0 {
-        return Err(errno());
-    }
+/// A backing file this process alone holds but did not fill, made by someone who may write
+/// the file (the caller checked): if it is marked current (`sidefiles::MAP_CURRENT`), its
+/// last holder
+/// died with stores not yet written back (the daemon has not seen the death yet); write
+/// every page in which it differs from the file into the file, as that process's exit
+/// would have.
+fn write_back_left(
+    of: &OpenFile,
+    fd: c_int,
+    st: &libc::stat,
+    meta: &engram_core::Metadata,
+) -> Res<()> {
     if !sidefiles::map_file_is_current(st.st_mode) || st.st_size == 0 {
         return Ok(());
     }
-    let end = crate::io::size_of(of)?.min(st.st_size as u64);
+    let end = meta.size.min(st.st_size as u64);
     let (mut left, mut file) = (vec![0u8; PAGE], vec![0u8; PAGE]);
     let mut at = 0;
     while at < end {
-        if skip.contains(&at) {
-            at = skip.end;
-            continue;
-        }
         let n = PAGE.min((end - at) as usize);
         // SAFETY: reading into a local buffer from our backing descriptor.
         let got = unsafe { real::pread64(fd, left.as_mut_ptr() as *mut c_void, n, at as off_t) };
@@ -234,21 +242,25 @@ fn write_back_left(of: &OpenFile, fd: c_int, skip: std::ops::Range<u64>) -> Res<
         }
         load(of, &mut file[..n], at)?;
         if left[..n] != file[..n] {
-            pwrite_of(of, &left[..n], at)?;
+            put_back(of, &left[..n], at)?;
         }
         at += n as u64;
     }
     Ok(())
 }
 
-fn backing_size(fd: c_int) -> Res<u64> {
+fn backing_stat(fd: c_int) -> Res<libc::stat> {
     // SAFETY: fstat into a local buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { real::fstat(fd, &mut st) } != 0 {
         return Err(errno());
     }
-    Ok(st.st_size as u64)
+    Ok(st)
+}
+
+fn backing_size(fd: c_int) -> Res<u64> {
+    backing_stat(fd).map(|st| st.st_size as u64)
 }
 
 fn shared(
@@ -275,52 +287,7 @@ fn shared(
         let _ = session::fs().map(|fs| fs.set_mapped(h, false));
     })?;
     let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
-    if first {
-        // Left by a process that died mapping the file, and not yet written back by the
-        // server (which has not yet seen the death): its stores first.
-        write_back_left(of, fd, 0..0)?;
-    }
-    let setup = || -> Res<()> {
-        let _fill = FillLock::exclusive(fd);
-        // SAFETY: ftruncate, fchmod and flock on our own backing descriptor.
-        unsafe {
-            if first {
-                // Nobody maps this inode: start from the file's current contents, then
-                // let others join (on failure the descriptor's close drops the lock).
-                // Not current while it is filled: a death now leaves nothing to write back.
-                let size = crate::io::size_of(of)?;
-                let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
-                if real::fchmod(fd, 0o600) != 0
-                    || real::ftruncate(fd, 0) != 0
-                    || real::ftruncate(fd, want as off_t) != 0
-                {
-                    return Err(errno());
-                }
-                fill_backing(of, fd, 0, size.min(want))?;
-                if real::fchmod(fd, 0o600 | sidefiles::MAP_CURRENT) != 0 {
-                    return Err(errno());
-                }
-                real::flock(fd, libc::LOCK_SH);
-            } else {
-                let have = backing_size(fd)?;
-                if have < end {
-                    if real::ftruncate(fd, end as off_t) != 0 {
-                        return Err(errno());
-                    }
-                    // Half filled, the new part would be written back over the file as
-                    // if the mappings had stored zeros there.
-                    if let Err(e) = fill_backing(of, fd, have, end) {
-                        if real::ftruncate(fd, have as off_t) != 0 {
-                            real::fchmod(fd, 0o600);
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        Ok(())
-    };
-    let mapped = setup().and_then(|_| {
+    let mapped = prepare_backing(of, fd, first, end).and_then(|_| {
         // SAFETY: mapping the backing file as the caller asked.
         let p = unsafe { real::mmap(addr, len, prot, flags, fd, off as off_t) };
         if p == libc::MAP_FAILED {
@@ -351,6 +318,60 @@ fn shared(
             Err(e)
         }
     }
+}
+
+/// Make backing file `fd` ready to map up to `end`: filled from the file if this process
+/// is the first to map the inode (`first`, holding it exclusively), grown to `end` if not.
+fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -> Res<()> {
+    let st = backing_stat(fd)?;
+    // SAFETY: geteuid has no failure.
+    let mine = st.st_uid == unsafe { libc::geteuid() };
+    let meta = of.with_file(|f| f.metadata().map_err(en))?;
+    // Anyone may make files in /dev/shm: one that others may write, or that a user who may
+    // not write the file made, would let them change what this mapping shows, and so what
+    // it writes back.
+    if st.st_mode & 0o022 != 0
+        || (!mine && !sidefiles::map_file_trusted(&st, meta.uid, meta.gid, meta.mode))
+    {
+        return Err(libc::EACCES);
+    }
+    if first {
+        // Left by a process that died mapping the file, and not yet written back by the
+        // daemon (which has not yet seen the death): its stores first. Failing that, they
+        // are lost, as the refill below replaces them. (Before the fill lock: writing back
+        // copies into the backing file under that lock's shared side.)
+        let _ = write_back_left(of, fd, &st, &meta);
+    }
+    let _fill = FillLock::exclusive(fd);
+    // SAFETY: ftruncate, fchmod and flock on our own backing descriptor.
+    unsafe {
+        if first {
+            // Nobody maps this inode: start from the file's current contents, then let
+            // others join (on failure the descriptor's close drops the lock). Not current
+            // while it is filled: a death now leaves nothing to write back.
+            let size = crate::io::size_of(of)?;
+            let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
+            if real::fchmod(fd, 0o600) != 0
+                || real::ftruncate(fd, 0) != 0
+                || real::ftruncate(fd, want as off_t) != 0
+            {
+                return Err(errno());
+            }
+            fill_backing(of, fd, 0, size.min(want))?;
+            if real::fchmod(fd, 0o600 | sidefiles::MAP_CURRENT) != 0 {
+                return Err(errno());
+            }
+            real::flock(fd, libc::LOCK_SH);
+        } else {
+            // Grown by the writes that fill it (no `ftruncate` first): a process that dies
+            // midway leaves no zeros to be taken for stores.
+            let have = backing_size(fd)?;
+            if have < end {
+                fill_backing(of, fd, have, end)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The backing file of inode `h` of this pool.
@@ -483,7 +504,7 @@ fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
         let mem = unsafe { std::slice::from_raw_parts(a as *const u8, n) };
         load(&m.of, &mut page[..n], foff)?;
         if page[..n] != *mem {
-            pwrite_of(&m.of, mem, foff)?;
+            put_back(&m.of, mem, foff)?;
         }
         a += PAGE;
     }
@@ -607,14 +628,36 @@ fn detach(a: usize, len: usize) -> Vec<Mapping> {
 /// This process wrote `data` at `off` of `of`'s file: if some process maps that file,
 /// the backing file (which the mappings show) gets the bytes too, as far as it reaches.
 pub fn written(of: &OpenFile, data: &[u8], off: u64) {
-    if data.is_empty() || reentered() {
+    if data.is_empty() {
         return;
     }
-    let h = of.handle();
+    with_backing(of.handle(), |fd| copy_into_backing(fd, data, off));
+}
+
+/// The size of file `h` went from `old` to `new` (truncate, or an allocation past the end):
+/// if some process maps it, its backing file reads zeros from the lower of the two on, as
+/// the file does there (on Linux a mapping reads zeros past the end of file in its last
+/// page, and faults on later pages). Without this, bytes cut off would still show in the
+/// mappings, and be written back as stores.
+pub fn resized(h: Handle, old: u64, new: u64) {
+    with_backing(h, |fd| zero_backing_from(fd, old.min(new)));
+}
+
+/// Whether some process may map inode `ino` shared (one load when none does): only then
+/// does a change of its size need the old size for `resized`.
+pub fn maybe_mapped(ino: u64) -> bool {
+    NMAPS.load(Ordering::Acquire) != 0 || session::fs().is_ok_and(|fs| fs.mapped_anywhere(ino))
+}
+
+/// Run `f` on a descriptor of file `h`'s backing file, if some process maps the file.
+fn with_backing(h: Handle, f: impl FnOnce(c_int)) {
+    if reentered() {
+        return;
+    }
     if NMAPS.load(Ordering::Acquire) != 0 {
         let all = maps();
         if let Some(m) = all.iter().find(|m| m.of.handle() == h) {
-            copy_into_backing(m.backing, data, off);
+            f(m.backing);
             return;
         }
     }
@@ -626,13 +669,26 @@ pub fn written(of: &OpenFile, data: &[u8], off: u64) {
         return;
     };
     // SAFETY: opening an existing backing file with the real call. Not there yet: the
-    // process that maps the file makes it and fills it from the file, after this write.
+    // process that maps the file makes it and fills it from the file, after this change.
     let fd = unsafe { real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
     if fd >= 0 {
-        // Among the shim's own numbers, out of the program's way for the copy.
+        // Among the shim's own numbers, out of the program's way.
         let fd = crate::util::move_high(fd);
-        copy_into_backing(fd, data, off);
+        f(fd);
         crate::ownfds::close(fd);
+    }
+}
+
+/// Zero a backing file from `from` to its end, once no fill runs.
+fn zero_backing_from(fd: c_int, from: u64) {
+    let _fill = FillLock::shared(fd);
+    let Ok(size) = backing_size(fd) else {
+        return;
+    };
+    if from < size {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: punching a hole in a backing descriptor we hold (tmpfs reads zeros there).
+        unsafe { real::fallocate(fd, mode, from as off_t, (size - from) as off_t) };
     }
 }
 
@@ -658,14 +714,11 @@ fn forget(m: Mapping) {
         NMAPS.fetch_sub(1, Ordering::AcqRel);
         return;
     }
-    // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file,
-    // after the stores of any process that died mapping another part of it.
+    // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
+    // (What a process that died mapping it left there the server wrote back at its death,
+    // `server/backing.rs`.)
     unsafe {
         if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {
-            let mine = m.off..m.off + m.len as u64;
-            let _ = guard(-1, || {
-                write_back_left(&m.of, m.backing, mine.clone()).map(|_| 0)
-            });
             real::unlink(m.name.as_ptr());
         }
     }

@@ -391,7 +391,20 @@ fn truncate_routed(r: Res<Route>, len: off_t) -> c_int {
             return Err(libc::EINVAL);
         }
         match side(r, true)? {
-            Side::Pool(fs, p) => ok(fs.truncate(&p, len as u64)),
+            Side::Pool(fs, p) => {
+                // The old size, only where a mapping of the file must follow the change.
+                let before = fs
+                    .stat(&p)
+                    .ok()
+                    .filter(|st| crate::mmap::maybe_mapped(st.ino));
+                fs.truncate(&p, len as u64).map_err(en)?;
+                if let Some(st) = before
+                    && let Ok(h) = fs.handle_of(st.ino)
+                {
+                    crate::mmap::resized(h, st.size, len as u64);
+                }
+                Ok(0)
+            }
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::truncate64(p.as_ptr(), len) }),
         }

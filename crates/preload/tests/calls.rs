@@ -106,8 +106,9 @@ fn a_shared_mapping_shows_other_processes_writes() {
 
 /// Stores through a shared writable mapping of a client that ends by `_exit` or SIGKILL
 /// reach the file once the daemon sees it gone, and its backing file goes; stores a dead
-/// child left outside its live parent's mapping reach the file when the parent unmaps;
-/// and a parent reads its child's stores as soon as `waitpid` returns (tests/c/mapdeath.c).
+/// child left reach the file at its death while its parent still maps the file (read-only,
+/// on a descriptor opened for appending); a parent reads its child's stores as soon as
+/// `waitpid` returns; bytes cut off by truncate never come back (tests/c/mapdeath.c).
 #[test]
 fn mapped_stores_of_a_client_that_died_reach_the_file() {
     if !require("gcc", "gcc") {
@@ -121,9 +122,10 @@ fn mapped_stores_of_a_client_that_died_reach_the_file() {
         "{exe} {m} store exited exit; {exe} {m} check exited 10000; \
          ! {exe} {m} store killed kill; {exe} {m} check killed 10000; \
          {exe} {m} split split -; {exe} {m} check split 0; \
-         {exe} {m} waited waited 200"
+         {exe} {m} waited waited 200; \
+         {exe} {m} truncated cut -; {exe} {m} untruncated cut -"
     ));
-    assert_eq!(out.matches("MAPDEATH-OK").count(), 4, "{out}");
+    assert_eq!(out.matches("MAPDEATH-OK").count(), 5, "{out}");
     let id = sidefiles::pool_id(&std::fs::canonicalize(&p.pool).unwrap());
     let left = sidefiles::map_files_of(id);
     assert!(left.is_empty(), "backing files left: {left:?}");

@@ -116,14 +116,15 @@ fn mapped_stores_of_a_process_that_died_reach_the_file_at_the_next_open() {
         &pool,
         &format!(
             "{exe} {MOUNT} store exited exit; {exe} {MOUNT} store killed kill; \
-             {exe} {MOUNT} check exited 0 && {exe} {MOUNT} check killed 0"
+             {exe} {MOUNT} check exited 0 && {exe} {MOUNT} check killed 0 && \
+             {exe} {MOUNT} truncated cut - ; {exe} {MOUNT} untruncated cut -"
         ),
     );
     let left = engram_core::sidefiles::list(&pool);
     common::remove_lock_files(&pool);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.matches("MAPDEATH-OK").count() == 2,
+        out.status.success() && stdout.matches("MAPDEATH-OK").count() == 3,
         "{:?}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)

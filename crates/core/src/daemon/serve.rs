@@ -252,6 +252,9 @@ fn run(
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     server.use_side_files(crate::sidefiles::pool_id(&abs_path));
+    for e in server.take_backing_errors() {
+        log(&e);
+    }
     let listener = bind(&opts.socket)?;
     let socket_file = file_id(&opts.socket);
     log(&format!(
@@ -348,6 +351,9 @@ fn run_loop(
             let mut c = lock(&sh.conns);
             for (id, index) in std::mem::take(&mut c.dead) {
                 server.disconnect(id);
+                for e in server.take_backing_errors() {
+                    log(&format!("client {id} gone: {e}"));
+                }
                 // Zero pages replace the region: its epochs read as unpinned, and whatever
                 // the client's other processes still write there reaches nobody.
                 if let Err(e) = sh.area.clear(index) {

@@ -275,6 +275,12 @@ impl File {
         self.write_inner(data, if self.opts.append { None } else { Some(off) })
     }
 
+    /// Write at `off` even if the file was opened for appending (a mapping's pages written
+    /// back where they belong).
+    pub fn write_in_place(&self, data: &[u8], off: u64) -> Result<usize> {
+        self.write_inner(data, Some(off)).map(|(n, _)| n)
+    }
+
     /// Change the size (ftruncate).
     pub fn set_len(&self, size: u64) -> Result<()> {
         if !self.opts.write {

@@ -123,7 +123,15 @@ impl Fs {
         if let (Ok(canonical), Transport::InProcess(m)) =
             (std::fs::canonicalize(path), &fs.core.transport)
         {
-            lock(m).use_side_files(crate::sidefiles::pool_id(&canonical));
+            let failed = {
+                let mut server = lock(m);
+                server.use_side_files(crate::sidefiles::pool_id(&canonical));
+                server.take_backing_errors()
+            };
+            // With the server's lock given up: stderr may be a file of this very pool.
+            for e in failed {
+                eprintln!("engram: {e}");
+            }
         }
         Ok(fs)
     }

@@ -1,16 +1,16 @@
-//! Backing files of shared mappings left behind by processes that ended without giving
-//! their mappings up (`_exit`, a signal): their stores were never written back.
+//! Backing files of shared mappings whose processes ended without giving their mappings
+//! up (`_exit`, a signal): their stores were never written back.
 //!
 //! The shim marks a backing file current (`sidefiles::MAP_CURRENT`) once it holds the
 //! file's contents; from then until the last counted mapping of the inode goes, every
 //! write to the file is copied into it, so it is the file plus the mappings' stores. When
-//! the server's count of an inode's mappings reaches zero (the last process gave its
-//! mapping up, or died: `disconnect`), and when a pool is mounted, a backing file still
-//! there that no process holds (its flock) had its last holder die: the server writes
-//! every page in which it differs from the file back into the file, as that process's
-//! exit would have, and removes it. One that some process still holds without the
-//! server counting it (a forked child's copy of its parent's mapping) stops being current:
-//! writes no longer reach it, so it must never be written back.
+//! a client that mapped an inode dies (`disconnect`), the server writes every page in
+//! which the inode's backing file differs from the file back into the file, as the
+//! client's exit would have; if no process maps the inode any more it also removes the
+//! file. The same happens at mount for every backing file no process holds (an in-process
+//! pool has no server left when its process dies). One that some process holds without
+//! the server counting it (a client of an earlier daemon) stops being current when the
+//! count reaches zero: writes no longer reach it, so it must never be written back.
 
 use super::Server;
 use crate::error::{Error, Result};
@@ -26,6 +26,15 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 /// Pages written back per commit: a bounded record, and a bounded buffer.
 const BATCH_PAGES: usize = 64;
 
+/// A backing file the server found, and what it found out.
+struct Backing {
+    file: File,
+    name: String,
+    h: Handle,
+    /// Marked current, and made by someone who may write the file.
+    current: bool,
+}
+
 impl Server {
     /// Name side files after pool `id` (`sidefiles::pool_id`): only then does the server
     /// look for backing files left behind. Also writes back those already left (the pool
@@ -39,50 +48,98 @@ impl Server {
         }
     }
 
+    /// What writing back backing files failed with since the last call (the opener or the
+    /// daemon logs it: the server itself may not write to a descriptor that is a pool file).
+    pub fn take_backing_errors(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.backing_errors)
+    }
+
+    /// A client that mapped `ino` died while other processes still map it: its stores are
+    /// in the backing file they share, which stays.
+    pub(super) fn write_back_dead_stores(&mut self, ino: u64) {
+        if let Some(b) = self.open_backing(ino)
+            && b.current
+        {
+            self.write_back_or_unmark(&b);
+        }
+    }
+
     /// No counted mapping of `ino` is left: write back and remove its backing file if its
-    /// last holder died, or mark it stale if a process nobody counted still holds it.
+    /// last holder died, or unmark it if a process nobody counted still holds it.
     pub(super) fn settle_backing(&mut self, ino: u64) {
-        let Some(id) = self.side_files else {
+        let Some(b) = self.open_backing(ino) else {
             return;
         };
-        let d = self.read_inode(ino);
-        if d.is_free() {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(b.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let _ = b
+                .file
+                .set_permissions(std::fs::Permissions::from_mode(0o600));
             return;
         }
+        if b.current && !self.write_back_or_unmark(&b) {
+            // Left, unmarked: a later mapping starts from the file again.
+            return;
+        }
+        // Removed while we hold it: a process opening it meanwhile waits for our lock,
+        // then finds it unlinked and makes a new one.
+        let _ = std::fs::remove_file(&b.name);
+    }
+
+    /// The backing file of live inode `ino`, if there is one that is ours to act on: a
+    /// regular file with one name that nobody but its owner can write (anyone may make
+    /// files in /dev/shm). Whether it may be written back is `current`.
+    fn open_backing(&self, ino: u64) -> Option<Backing> {
+        let id = self.side_files?;
+        let d = self.read_inode(ino);
+        if d.is_free() || !d.is_reg() {
+            return None;
+        }
         let name = sidefiles::map_file(id, ino, d.generation);
-        let Ok(file) = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&name)
-        else {
             // Gone: the last process to give its mapping up removed it (the usual case).
-            return;
-        };
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
-            return;
+            .ok()?;
+        // SAFETY: plain data, for which all zeros is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of a descriptor we own into a local buffer.
+        if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0
+            || st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || st.st_nlink != 1
+            || st.st_mode & 0o022 != 0
+        {
+            return None;
         }
-        let current = file
-            .metadata()
-            .is_ok_and(|m| sidefiles::map_file_is_current(m.permissions().mode()));
-        if current && d.is_reg() {
-            let h = Handle {
-                ino,
-                generation: d.generation,
-            };
-            if let Err(e) = self.write_back_backing(h, &file) {
-                // Left in place, unmarked: the file keeps what it had, and a later
-                // mapping starts from the file again.
-                let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
-                eprintln!("engram: writing back {name} failed: {e}");
-                return;
+        let current = sidefiles::map_file_is_current(st.st_mode)
+            && sidefiles::map_file_trusted(&st, d.uid, d.gid, d.mode);
+        let h = Handle {
+            ino,
+            generation: d.generation,
+        };
+        Some(Backing {
+            file,
+            name,
+            h,
+            current,
+        })
+    }
+
+    /// Write `b` back; on failure unmark it and note why. Returns whether it succeeded.
+    fn write_back_or_unmark(&mut self, b: &Backing) -> bool {
+        match self.write_back_backing(b.h, &b.file) {
+            Ok(()) => true,
+            Err(e) => {
+                let _ = b
+                    .file
+                    .set_permissions(std::fs::Permissions::from_mode(0o600));
+                self.backing_errors
+                    .push(format!("writing back {} failed: {e}", b.name));
+                false
             }
         }
-        // Removed while we hold it: a process opening it meanwhile waits for our lock,
-        // then finds it unlinked and makes a new one.
-        let _ = std::fs::remove_file(&name);
     }
 
     /// Write every page in which `backing` differs from file `h` back into the file (within

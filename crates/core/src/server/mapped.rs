@@ -83,11 +83,15 @@ impl Server {
         }
     }
 
-    /// A client is gone: its mappings with it.
+    /// A client is gone: its mappings with it. Their stores not written back are in the
+    /// backing files (`server/backing.rs`).
     pub(super) fn release_mappings(&mut self, client: ClientId) {
         if let Some(mine) = self.mappings.by_client.remove(&client) {
             for (ino, n) in mine {
                 self.unmap(ino, n);
+                if self.mappings.total.contains_key(&ino) {
+                    self.write_back_dead_stores(ino);
+                }
             }
         }
     }

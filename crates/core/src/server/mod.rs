@@ -94,6 +94,8 @@ pub struct Server {
     /// The pool's number in side-file names (`sidefiles::pool_id`), once the opener has
     /// told it (`use_side_files`): backing files left behind are then written back.
     side_files: Option<u64>,
+    /// Failures to write a backing file back (`take_backing_errors`).
+    backing_errors: Vec<String>,
 }
 
 impl Server {
@@ -131,6 +133,7 @@ impl Server {
             spare_entries: Vec::with_capacity(16),
             spare_items: Vec::with_capacity(8),
             side_files: None,
+            backing_errors: Vec::new(),
         }
     }
 

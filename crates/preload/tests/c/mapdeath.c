@@ -2,8 +2,11 @@
  * msync or exit handlers (_exit, SIGKILL), as on Linux: the pool's server writes them back
  * once it sees that no process maps the file any more.
  *   mapdeath PREFIX store NAME exit|kill   write, map, store, then end abruptly
- *   mapdeath PREFIX split NAME -            map the first page, fork a child that maps the
- *                                           rest, stores and ends by _exit; then munmap
+ *   mapdeath PREFIX split NAME -            map the file read-only (O_APPEND), fork a child
+ *                                           that maps the end, stores and ends by _exit;
+ *                                           the stores are in the file at once
+ *   mapdeath PREFIX truncated NAME -        map, shrink and regrow the file, store, _exit
+ *   mapdeath PREFIX untruncated NAME -      check: the bytes cut off stay zeros
  *   mapdeath PREFIX waited NAME ROUNDS      ROUNDS times: a child maps, stores and ends by
  *                                           _exit; the parent reads the stores as soon as
  *                                           waitpid returns (through a daemon too)
@@ -61,15 +64,19 @@ int main(int argc, char **argv) {
         _exit(0);
     }
     if (strcmp(argv[2], "split") == 0) {
-        /* The child's stores lie outside the parent's mapping: the last process to give
-         * its mapping up writes back what the dead one left in the rest of the file. */
-        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        /* The parent maps the whole file read-only, on a descriptor opened for appending;
+         * a child maps the last pages, stores and dies. Its stores reach the file at its
+         * death, where they belong (not appended), while the parent still maps the file. */
+        int setup = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(setup >= 0);
+        CHECK(write(setup, WRITTEN, sizeof WRITTEN - 1) == sizeof WRITTEN - 1);
+        CHECK(ftruncate(setup, SIZE) == 0);
+        CHECK(pwrite(setup, FIRST, sizeof FIRST - 1, 100) == sizeof FIRST - 1);
+        CHECK(close(setup) == 0);
+        int fd = open(path, O_RDWR | O_APPEND);
         CHECK(fd >= 0);
-        CHECK(write(fd, WRITTEN, sizeof WRITTEN - 1) == sizeof WRITTEN - 1);
-        CHECK(ftruncate(fd, SIZE) == 0);
-        char *p = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        char *p = mmap(NULL, 4 * PG, PROT_READ, MAP_SHARED, fd, 0);
         CHECK(p != MAP_FAILED);
-        memcpy(p + 100, FIRST, sizeof FIRST - 1);
         pid_t child = fork();
         CHECK(child >= 0);
         if (child == 0) {
@@ -83,8 +90,46 @@ int main(int argc, char **argv) {
         int status;
         CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) &&
               WEXITSTATUS(status) == 0);
-        CHECK(munmap(p, PG) == 0);
+        CHECK(memcmp(p + 2 * PG + 10, THIRD, sizeof THIRD - 1) == 0);
+        CHECK(stored(fd));
+        CHECK(munmap(p, 4 * PG) == 0);
+        /* A writable mapping on that descriptor is written back in place too. */
+        char *w = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        CHECK(w != MAP_FAILED);
+        memcpy(w + 500, "in place", 8);
+        CHECK(munmap(w, PG) == 0);
+        char buf[8];
+        CHECK(pread(fd, buf, 8, 500) == 8 && memcmp(buf, "in place", 8) == 0);
+        struct stat st;
+        CHECK(fstat(fd, &st) == 0 && st.st_size == SIZE);
         close(fd);
+        return 0;
+    }
+    if (strcmp(argv[2], "truncated") == 0) {
+        /* Bytes cut off by truncate are gone from the mapping too, and never come back as
+         * if they had been stored: after a shrink and a regrow the mapping and the file
+         * read zeros there, also once the process has died without unmapping. */
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0);
+        char page[PG];
+        memset(page, 'x', PG);
+        for (int i = 0; i < 3; i++)
+            CHECK(write(fd, page, PG) == PG);
+        char *p = mmap(NULL, 3 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        CHECK(p != MAP_FAILED && p[PG] == 'x');
+        CHECK(ftruncate(fd, 100) == 0 && ftruncate(fd, 3 * PG) == 0);
+        CHECK(p[99] == 'x' && p[100] == 0 && p[2 * PG] == 0);
+        p[50] = 'y';
+        _exit(0);
+    }
+    if (strcmp(argv[2], "untruncated") == 0) {
+        int fd = open(path, O_RDONLY);
+        CHECK(fd >= 0);
+        char buf[3 * PG];
+        CHECK(pread(fd, buf, sizeof buf, 0) == sizeof buf);
+        for (int i = 0; i < 3 * PG; i++)
+            CHECK(buf[i] == (i == 50 ? 'y' : i < 100 ? 'x' : 0));
+        printf("MAPDEATH-OK untruncated\n");
         return 0;
     }
     if (strcmp(argv[2], "waited") == 0) {
