@@ -448,7 +448,17 @@ pub fn encode_reply(res: &Result<Response>, w: &mut Writer) {
             w.u64(s.checkpoints);
             w.u64(s.log_wraps);
         }
+        Ok(Response::Count(n)) => {
+            w.u8(6);
+            w.u64(*n);
+        }
     }
+}
+
+/// `Request::Gone { pid }` encoded without allocating (a wait in a signal handler sends it).
+pub fn encode_gone(pid: u32) -> [u8; 5] {
+    let p = pid.to_le_bytes();
+    [19, p[0], p[1], p[2], p[3]]
 }
 
 pub fn decode_reply(b: &[u8]) -> Result<Response> {
@@ -497,6 +507,7 @@ pub fn decode_reply(b: &[u8]) -> Result<Response> {
             checkpoints: r.u64()?,
             log_wraps: r.u64()?,
         }),
+        6 => Response::Count(r.u64()?),
         _ => return Err(Error::with_msg(libc::EIO, "malformed reply")),
     };
     r.done()?;
@@ -565,6 +576,13 @@ mod tests {
             },
             Request::Gone { pid: 4242 },
         ];
+        assert_eq!(
+            decode_request(&encode_gone(4242)).unwrap(),
+            Request::Gone { pid: 4242 }
+        );
+        let mut w = Writer::default();
+        encode_reply(&Ok(Response::Count(7)), &mut w);
+        assert_eq!(decode_reply(&w.0).unwrap(), Response::Count(7));
         for r in reqs {
             let mut w = Writer::default();
             encode_request(&r, &mut w);

@@ -396,15 +396,11 @@ pub fn truncate_of(of: &OpenFile, len: off_t) -> Res<c_int> {
     if !of.writable() {
         return Err(libc::EINVAL);
     }
-    let h = of.handle();
-    let old = match crate::mmap::maybe_mapped(h.ino) {
-        true => Some(size_of(of)?),
-        false => None,
-    };
-    of.with_file(|f| f.set_len(len as u64).map_err(en))?;
-    if let Some(old) = old {
-        crate::mmap::resized(h, old, len as u64);
-    }
+    crate::mmap::resizing(
+        of.handle(),
+        || size_of(of),
+        || of.with_file(|f| f.set_len(len as u64).map_err(en)),
+    )?;
     Ok(0)
 }
 
@@ -439,16 +435,12 @@ fn allocate_of(of: &OpenFile, mode: c_int, off: off_t, len: off_t) -> Res<()> {
         libc::FALLOC_FL_KEEP_SIZE => true,
         _ => return Err(libc::EOPNOTSUPP),
     };
-    let h = of.handle();
-    let old = match !keep && crate::mmap::maybe_mapped(h.ino) {
-        true => Some(size_of(of)?),
-        false => None,
-    };
-    of.with_file(|f| f.allocate(off as u64, len as u64, keep).map_err(en))?;
-    if let Some(old) = old {
-        crate::mmap::resized(h, old, size_of(of)?);
+    let allocate = || of.with_file(|f| f.allocate(off as u64, len as u64, keep).map_err(en));
+    if keep {
+        // The size stays, and so do the bytes.
+        return allocate();
     }
-    Ok(())
+    crate::mmap::resizing(of.handle(), || size_of(of), allocate)
 }
 
 macro_rules! fallocates {

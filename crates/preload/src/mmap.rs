@@ -349,6 +349,12 @@ fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -> Res<()> {
             // Nobody maps this inode: start from the file's current contents, then let
             // others join (on failure the descriptor's close drops the lock). Not current
             // while it is filled: a death now leaves nothing to write back.
+            // Of the file's group where this process may (it is one of its groups): a user
+            // who may write the file through that group is then seen to
+            // (`sidefiles::map_file_trusted`), by other users' processes and the server.
+            if mine && st.st_uid != meta.uid && st.st_gid != meta.gid {
+                real::fchown(fd, u32::MAX, meta.gid);
+            }
             let size = crate::io::size_of(of)?;
             let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
             if real::fchmod(fd, 0o600) != 0
@@ -631,22 +637,46 @@ pub fn written(of: &OpenFile, data: &[u8], off: u64) {
     if data.is_empty() {
         return;
     }
-    with_backing(of.handle(), |fd| copy_into_backing(fd, data, off));
+    with_backing(of.handle(), |fd| copy_into_backing(of, fd, data, off));
 }
 
-/// The size of file `h` went from `old` to `new` (truncate, or an allocation past the end):
-/// if some process maps it, its backing file reads zeros from the lower of the two on, as
-/// the file does there (on Linux a mapping reads zeros past the end of file in its last
-/// page, and faults on later pages). Without this, bytes cut off would still show in the
-/// mappings, and be written back as stores.
-pub fn resized(h: Handle, old: u64, new: u64) {
-    with_backing(h, |fd| zero_backing_from(fd, old.min(new)));
-}
-
-/// Whether some process may map inode `ino` shared (one load when none does): only then
-/// does a change of its size need the old size for `resized`.
-pub fn maybe_mapped(ino: u64) -> bool {
-    NMAPS.load(Ordering::Acquire) != 0 || session::fs().is_ok_and(|fs| fs.mapped_anywhere(ino))
+/// Change the size of file `h` with `change` (a truncate, an allocation past the end),
+/// `size` reading it. If some process maps the file, its backing file then reads zeros
+/// from the lower of the old and new sizes on, as the file does there (on Linux a mapping
+/// reads zeros past the end of file in its last page, and faults on later pages); without
+/// this, bytes cut off would still show in the mappings and be written back as stores.
+/// The sizes, the change and the zeroing hold the backing file's fill lock exclusively, on
+/// a description of their own, and writers copy under its shared side clamped to the
+/// file's size then: a write's copy lands either before the old size is read (which then
+/// includes it) or after the zeroing.
+pub fn resizing(
+    h: Handle,
+    size: impl Fn() -> Res<u64>,
+    change: impl FnOnce() -> Res<()>,
+) -> Res<()> {
+    // Mapped by no process (one load), or inside the shim's own mapping code.
+    if reentered() || !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
+        return change();
+    }
+    let Ok(name) = backing_name(h) else {
+        return change();
+    };
+    // SAFETY: opening an existing backing file with the real call. Not there yet: the
+    // process that maps the file makes it and fills it from the file, after this change.
+    let fd = unsafe { real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return change();
+    }
+    let fd = crate::util::move_high(fd);
+    let r = (|| {
+        let _fill = FillLock::exclusive(fd);
+        let old = size()?;
+        change()?;
+        zero_backing_from(fd, old.min(size()?));
+        Ok(())
+    })();
+    crate::ownfds::close(fd);
+    r
 }
 
 /// Run `f` on a descriptor of file `h`'s backing file, if some process maps the file.
@@ -679,9 +709,8 @@ fn with_backing(h: Handle, f: impl FnOnce(c_int)) {
     }
 }
 
-/// Zero a backing file from `from` to its end, once no fill runs.
+/// Zero a backing file from `from` to its end (the caller holds its fill lock).
 fn zero_backing_from(fd: c_int, from: u64) {
-    let _fill = FillLock::shared(fd);
     let Ok(size) = backing_size(fd) else {
         return;
     };
@@ -693,11 +722,14 @@ fn zero_backing_from(fd: c_int, from: u64) {
 }
 
 /// Write `data` at `off` into a backing file, as far as it reaches, once no fill runs.
-fn copy_into_backing(fd: c_int, data: &[u8], off: u64) {
+fn copy_into_backing(of: &OpenFile, fd: c_int, data: &[u8], off: u64) {
     let _fill = FillLock::shared(fd);
-    let Ok(size) = backing_size(fd) else {
+    // As far as the file reaches now, too: a truncate since the write (which zeroes the
+    // backing file under the lock's exclusive side) cut off what lies beyond.
+    let (Ok(size), Ok(file_size)) = (backing_size(fd), crate::io::size_of(of)) else {
         return;
     };
+    let size = size.min(file_size);
     if off >= size {
         return;
     }
@@ -714,20 +746,38 @@ fn forget(m: Mapping) {
         NMAPS.fetch_sub(1, Ordering::AcqRel);
         return;
     }
-    // SAFETY: our backing descriptor: if nobody else maps the inode, remove the file.
-    // (What a process that died mapping it left there the server wrote back at its death,
-    // `server/backing.rs`.)
-    unsafe {
-        if real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) == 0 {
-            real::unlink(m.name.as_ptr());
+    // SAFETY: flock on our backing descriptor.
+    let last = unsafe { real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if last && m.counted {
+        // Nobody else holds the file: removed before the count is given up, so that a new
+        // mapping, once the bit is clear, finds it gone (or, opened just before, unlinked)
+        // and fills a new one. If the server still counts other mappings, their processes
+        // died and it has not seen it yet: their stores are in the file only this
+        // descriptor still reaches, so they are written back from here first.
+        // SAFETY: unlinking our backing file by name.
+        unsafe { real::unlink(m.name.as_ptr()) };
+        let left = session::fs().and_then(|fs| fs.unmapped_last(m.of.handle()).map_err(en));
+        if left.is_ok_and(|n| n > 0)
+            && let Ok(st) = backing_stat(m.backing)
+            && let Ok(meta) = m.of.with_file(|f| f.metadata().map_err(en))
+        {
+            let _ = guard(-1, || {
+                write_back_left(&m.of, m.backing, &st, &meta).map(|_| 0)
+            });
         }
-    }
-    crate::ownfds::close(m.backing);
-    // Only now, with this process's lock gone: while the bit is clear no process holds the
-    // backing file, so a new mapping finds it gone or fills it afresh, never joins a file
-    // that missed writes. Posted: nothing waits for it.
-    if m.counted {
-        let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
+        crate::ownfds::close(m.backing);
+    } else {
+        if last {
+            // SAFETY: as above.
+            unsafe { real::unlink(m.name.as_ptr()) };
+        }
+        crate::ownfds::close(m.backing);
+        // Only now, with this process's lock gone: while the bit is clear no process holds
+        // the backing file, so a new mapping finds it gone or fills it afresh, never joins
+        // a file that missed writes. Posted: nothing waits for it.
+        if m.counted {
+            let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
+        }
     }
     NMAPS.fetch_sub(1, Ordering::AcqRel);
 }

@@ -392,16 +392,19 @@ fn truncate_routed(r: Res<Route>, len: off_t) -> c_int {
         }
         match side(r, true)? {
             Side::Pool(fs, p) => {
-                // The old size, only where a mapping of the file must follow the change.
-                let before = fs
+                let truncate = || fs.truncate(&p, len as u64).map_err(en);
+                // Only a file some process maps needs its handle (`mmap::resizing`).
+                let mapped = fs
                     .stat(&p)
                     .ok()
-                    .filter(|st| crate::mmap::maybe_mapped(st.ino));
-                fs.truncate(&p, len as u64).map_err(en)?;
-                if let Some(st) = before
-                    && let Ok(h) = fs.handle_of(st.ino)
-                {
-                    crate::mmap::resized(h, st.size, len as u64);
+                    .filter(|st| fs.mapped_anywhere(st.ino))
+                    .and_then(|st| fs.handle_of(st.ino).ok());
+                match mapped {
+                    Some(h) => {
+                        let size = || fs.stat(&p).map(|st| st.size).map_err(en);
+                        crate::mmap::resizing(h, size, truncate)?;
+                    }
+                    None => truncate()?,
                 }
                 Ok(0)
             }

@@ -21,9 +21,11 @@ fn reported(pid: pid_t) {
         return;
     };
     let saved = errno();
-    let _op = session::op();
-    // A daemon gone or a refused request changes nothing for the caller, whose wait
-    // succeeded.
+    // No operation guard: a SIGCHLD handler's wait can run inside this thread's own fork,
+    // which waits for every guard to be given up; and the call allocates nothing, as the
+    // handler may have interrupted malloc. It touches only the connection's slots, which
+    // a forked child never uses. A daemon gone or a refused request changes nothing for
+    // the caller, whose wait succeeded.
     let _ = crate::util::guard(0, || {
         let _ = fs.client_gone(pid as u32);
         Ok(0)

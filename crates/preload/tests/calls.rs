@@ -108,7 +108,10 @@ fn a_shared_mapping_shows_other_processes_writes() {
 /// reach the file once the daemon sees it gone, and its backing file goes; stores a dead
 /// child left reach the file at its death while its parent still maps the file (read-only,
 /// on a descriptor opened for appending); a parent reads its child's stores as soon as
-/// `waitpid` returns; bytes cut off by truncate never come back (tests/c/mapdeath.c).
+/// `waitpid` returns, also from a SIGCHLD handler that runs inside `fork`; a parent that
+/// unmaps last before the daemon saw its child die writes the child's stores back; bytes
+/// cut off by truncate never come back, and a write racing a truncate stays in the
+/// mapping (tests/c/mapdeath.c).
 #[test]
 fn mapped_stores_of_a_client_that_died_reach_the_file() {
     if !require("gcc", "gcc") {
@@ -123,9 +126,11 @@ fn mapped_stores_of_a_client_that_died_reach_the_file() {
          ! {exe} {m} store killed kill; {exe} {m} check killed 10000; \
          {exe} {m} split split -; {exe} {m} check split 0; \
          {exe} {m} waited waited 200; \
-         {exe} {m} truncated cut -; {exe} {m} untruncated cut -"
+         {exe} {m} truncated cut -; {exe} {m} untruncated cut -; \
+         {exe} {m} unseen unseen 100; {exe} {m} sigchld sigchld 500; \
+         {exe} {m} resize resize 5000"
     ));
-    assert_eq!(out.matches("MAPDEATH-OK").count(), 5, "{out}");
+    assert_eq!(out.matches("MAPDEATH-OK").count(), 8, "{out}");
     let id = sidefiles::pool_id(&std::fs::canonicalize(&p.pool).unwrap());
     let left = sidefiles::map_files_of(id);
     assert!(left.is_empty(), "backing files left: {left:?}");

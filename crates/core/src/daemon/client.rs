@@ -226,6 +226,19 @@ impl Remote {
         Ok(reply)
     }
 
+    /// Send `payload` and wait for its answer, whose contents are dropped: allocates
+    /// nothing (a wait in a signal handler sends `Request::Gone` this way).
+    pub fn call_unanswered(&self, payload: &[u8]) -> Result<()> {
+        let slot = self.next_slot()?;
+        let result = self
+            .send(&slot, payload)
+            .and_then(|seq| self.wait_reply(&slot, seq));
+        if !self.gone.load(Ordering::Acquire) {
+            slot.owner().store(FREE, Ordering::Release);
+        }
+        result
+    }
+
     /// `call_raw` into `reply` (replacing what it held).
     fn call_raw_into(&self, payload: &[u8], reply: &mut Vec<u8>) -> Result<()> {
         let slot = self.next_slot()?;

@@ -348,8 +348,10 @@ fn run_loop(
         // a connection's handshake (or was preempted holding it).
         if ctl_handled != Some(ctl_seen) {
             ctl_handled = Some(ctl_seen);
-            let mut c = lock(&sh.conns);
-            for (id, index) in std::mem::take(&mut c.dead) {
+            let dead = std::mem::take(&mut lock(&sh.conns).dead);
+            // Without the clients' lock: a disconnect may write a mapping back
+            // (`server/backing.rs`), and the watcher goes on meanwhile.
+            for (id, index) in dead {
                 server.disconnect(id);
                 for e in server.take_backing_errors() {
                     log(&format!("client {id} gone: {e}"));
@@ -360,7 +362,7 @@ fn run_loop(
                     log(&format!("client {id}: cannot unmap its region: {e}"));
                     continue;
                 }
-                c.free.push(index);
+                lock(&sh.conns).free.push(index);
                 if active.remove(&id) {
                     last_client = Instant::now();
                 }
@@ -368,6 +370,7 @@ fn run_loop(
                     log(&format!("client {id} disconnected"));
                 }
             }
+            let c = lock(&sh.conns);
             if c.version != seen_version {
                 seen_version = c.version;
                 clients = c

@@ -351,10 +351,25 @@ impl Fs {
     /// the daemon has disconnected that process's clients, so that what it does at their
     /// death (their mappings' stores written back, `server/backing.rs`) is done before this
     /// process goes on, as a child's stores are visible on Linux once `waitpid` returns.
+    /// Allocates nothing: a wait may run in a signal handler.
     pub fn client_gone(&self, pid: u32) -> Result<()> {
         match &self.core.transport {
             Transport::InProcess(_) => Ok(()),
-            Transport::Remote(r) => r.call(&Request::Gone { pid }).map(drop),
+            Transport::Remote(r) => r.call_unanswered(&crate::wire::encode_gone(pid)),
+        }
+    }
+
+    /// Give up one shared mapping of `target` and wait for the answer: how many mappings of
+    /// it are still counted. The last process to hold the backing file uses it to tell a
+    /// mapper that died unseen (still counted) from none (`mmap.rs`'s `forget`).
+    pub fn unmapped_last(&self, target: Handle) -> Result<u64> {
+        let r = match &self.core.transport {
+            Transport::InProcess(m) => lock(m).mapped(IN_PROCESS_CLIENT, target, false)?,
+            Transport::Remote(r) => r.call(&Request::Mapped { target, on: false })?,
+        };
+        match r {
+            Response::Count(n) => Ok(n),
+            _ => Err(Error::with_msg(libc::EIO, "unexpected reply to an unmap")),
         }
     }
 

@@ -55,13 +55,25 @@ impl Server {
     }
 
     /// A client that mapped `ino` died while other processes still map it: its stores are
-    /// in the backing file they share, which stays.
+    /// in the backing file they share, which stays. Found gone, the file was removed by
+    /// the last process holding it, which is about to give its mapping up and still holds
+    /// the file: its answer (`mapped`) tells it to write the stores back itself.
     pub(super) fn write_back_dead_stores(&mut self, ino: u64) {
-        if let Some(b) = self.open_backing(ino)
-            && b.current
-        {
-            self.write_back_or_unmark(&b);
+        match self.open_backing(ino) {
+            Some(b) if b.current => {
+                self.write_back_or_unmark(&b);
+            }
+            Some(_) => {}
+            None => {
+                self.stores_left_with.insert(ino);
+            }
         }
+    }
+
+    /// Whether a dead client's stores in `ino`'s backing file were left to the process
+    /// that removed the file (see `write_back_dead_stores`); forgets it.
+    pub(super) fn take_stores_left(&mut self, ino: u64) -> bool {
+        self.stores_left_with.remove(&ino)
     }
 
     /// No counted mapping of `ino` is left: write back and remove its backing file if its
@@ -89,7 +101,7 @@ impl Server {
     /// The backing file of live inode `ino`, if there is one that is ours to act on: a
     /// regular file with one name that nobody but its owner can write (anyone may make
     /// files in /dev/shm). Whether it may be written back is `current`.
-    fn open_backing(&self, ino: u64) -> Option<Backing> {
+    fn open_backing(&mut self, ino: u64) -> Option<Backing> {
         let id = self.side_files?;
         let d = self.read_inode(ino);
         if d.is_free() || !d.is_reg() {
@@ -113,8 +125,15 @@ impl Server {
         {
             return None;
         }
-        let current = sidefiles::map_file_is_current(st.st_mode)
-            && sidefiles::map_file_trusted(&st, d.uid, d.gid, d.mode);
+        let marked = sidefiles::map_file_is_current(st.st_mode);
+        let current = marked && sidefiles::map_file_trusted(&st, d.uid, d.gid, d.mode);
+        if marked && !current {
+            // Said, as stores that Linux would keep are dropped.
+            self.backing_errors.push(format!(
+                "{name} is not written back: its owner (uid {}, gid {}) may not write the file",
+                st.st_uid, st.st_gid
+            ));
+        }
         let h = Handle {
             ino,
             generation: d.generation,

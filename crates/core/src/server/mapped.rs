@@ -65,7 +65,12 @@ impl Server {
             if *counted == 0 {
                 mine.remove(&target.ino);
             }
+            // Mappings still counted, or a dead one whose stores only the sender still
+            // reaches (`backing.rs`): either way the sender writes the file back.
+            let stores_left = self.take_stores_left(target.ino);
             self.unmap(target.ino, 1);
+            let left = self.mappings.total.get(&target.ino).copied().unwrap_or(0);
+            return Ok(Response::Count(u64::from(left) + u64::from(stores_left)));
         }
         Ok(Response::Done)
     }
@@ -76,6 +81,7 @@ impl Server {
             *total = total.saturating_sub(n);
             if *total == 0 {
                 self.mappings.total.remove(&ino);
+                self.take_stores_left(ino);
                 // While the bit is still set: a backing file left behind is current.
                 self.settle_backing(ino);
                 self.shared.mapped.set(ino, false);

@@ -10,6 +10,13 @@
  *   mapdeath PREFIX waited NAME ROUNDS      ROUNDS times: a child maps, stores and ends by
  *                                           _exit; the parent reads the stores as soon as
  *                                           waitpid returns (through a daemon too)
+ *   mapdeath PREFIX unseen NAME ROUNDS      ROUNDS times: a child maps and stores and dies;
+ *                                           the parent, told by a pipe, unmaps its own
+ *                                           mapping (the last) before any wait
+ *   mapdeath PREFIX sigchld NAME CHILDREN   fork CHILDREN children that exit at once while a
+ *                                           SIGCHLD handler reaps them with waitpid
+ *   mapdeath PREFIX resize NAME ROUNDS      threads grow the mapped file and write it at
+ *                                           once; the mapping must show the write
  *   mapdeath PREFIX check NAME MS           wait up to MS ms for the stores, then check
  * The file is 3 pages and 100 bytes; the mapping covers 4 pages, and a store past the end
  * of file must not become file data (Linux drops it too). Prints MAPDEATH-OK. */
@@ -22,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +40,22 @@ static const char WRITTEN[] = "written with write()\n";
 static const char FIRST[] = "stored in the first page";
 static const char THIRD[] = "stored in the third page";
 static const char BEYOND[] = "stored past the end of file";
+
+static void reap(int sig) {
+    (void)sig;
+    int saved = errno, st;
+    while (waitpid(-1, &st, WNOHANG) > 0)
+        ;
+    errno = saved;
+}
+
+static int resize_fd;
+
+static void *grow(void *arg) {
+    (void)arg;
+    CHECK(ftruncate(resize_fd, PG) == 0);
+    return NULL;
+}
 
 static int stored(int fd) {
     char buf[64];
@@ -155,6 +179,79 @@ int main(int argc, char **argv) {
             close(fd);
         }
         printf("MAPDEATH-OK waited\n");
+        return 0;
+    }
+    if (strcmp(argv[2], "unseen") == 0) {
+        for (int round = 0; round < atoi(argv[4]); round++) {
+            int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+            CHECK(fd >= 0 && ftruncate(fd, 4 * PG) == 0);
+            char *p = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            CHECK(p != MAP_FAILED);
+            int pipefd[2];
+            CHECK(pipe(pipefd) == 0);
+            pid_t child = fork();
+            CHECK(child >= 0);
+            if (child == 0) {
+                close(pipefd[0]);
+                char *q = mmap(NULL, 2 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 2 * PG);
+                if (q == MAP_FAILED)
+                    _exit(2);
+                strcpy(q + 10, THIRD);
+                _exit(0);
+            }
+            close(pipefd[1]);
+            char c;
+            CHECK(read(pipefd[0], &c, 1) == 0); /* the child is gone */
+            close(pipefd[0]);
+            CHECK(munmap(p, PG) == 0);
+            int status;
+            CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0);
+            char got[sizeof THIRD] = {0};
+            CHECK(pread(fd, got, sizeof THIRD - 1, 2 * PG + 10) == sizeof THIRD - 1);
+            CHECK(strcmp(got, THIRD) == 0);
+            close(fd);
+        }
+        printf("MAPDEATH-OK unseen\n");
+        return 0;
+    }
+    if (strcmp(argv[2], "sigchld") == 0) {
+        /* A SIGCHLD that lands inside fork runs the handler there: its waitpid must not
+         * wait for the fork. */
+        alarm(60);
+        struct sigaction sa = {0};
+        sa.sa_handler = reap;
+        sa.sa_flags = SA_RESTART;
+        CHECK(sigaction(SIGCHLD, &sa, NULL) == 0);
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0);
+        for (int i = 0; i < atoi(argv[4]); i++) {
+            pid_t child = fork();
+            CHECK(child >= 0);
+            if (child == 0)
+                _exit(0);
+        }
+        close(fd);
+        printf("MAPDEATH-OK sigchld\n");
+        return 0;
+    }
+    if (strcmp(argv[2], "resize") == 0) {
+        /* A write racing a truncate that grows the file stays in the mapping. */
+        for (int round = 0; round < atoi(argv[4]); round++) {
+            int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+            CHECK(fd >= 0);
+            char *p = mmap(NULL, PG, PROT_READ, MAP_SHARED, fd, 0);
+            CHECK(p != MAP_FAILED);
+            resize_fd = fd;
+            pthread_t t;
+            CHECK(pthread_create(&t, NULL, grow, NULL) == 0);
+            CHECK(pwrite(fd, "DATADATA", 8, 0) == 8);
+            CHECK(pthread_join(t, NULL) == 0);
+            CHECK(memcmp(p, "DATADATA", 8) == 0);
+            CHECK(munmap(p, PG) == 0);
+            close(fd);
+        }
+        printf("MAPDEATH-OK resize\n");
         return 0;
     }
     CHECK(strcmp(argv[2], "check") == 0);
