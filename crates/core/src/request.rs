@@ -165,9 +165,6 @@ pub enum Response {
     StatFs(StatFs),
     Fsck(crate::server::FsckReport),
     Stats(crate::server::ServerStats),
-    /// How many are left: the shared mappings of a file still counted after one is given
-    /// up (`Request::Mapped` with `on` false).
-    Count(u64),
 }
 
 impl Request {

@@ -448,10 +448,6 @@ pub fn encode_reply(res: &Result<Response>, w: &mut Writer) {
             w.u64(s.checkpoints);
             w.u64(s.log_wraps);
         }
-        Ok(Response::Count(n)) => {
-            w.u8(6);
-            w.u64(*n);
-        }
     }
 }
 
@@ -507,7 +503,6 @@ pub fn decode_reply(b: &[u8]) -> Result<Response> {
             checkpoints: r.u64()?,
             log_wraps: r.u64()?,
         }),
-        6 => Response::Count(r.u64()?),
         _ => return Err(Error::with_msg(libc::EIO, "malformed reply")),
     };
     r.done()?;
@@ -580,9 +575,7 @@ mod tests {
             decode_request(&encode_gone(4242)).unwrap(),
             Request::Gone { pid: 4242 }
         );
-        let mut w = Writer::default();
-        encode_reply(&Ok(Response::Count(7)), &mut w);
-        assert_eq!(decode_reply(&w.0).unwrap(), Response::Count(7));
+
         for r in reqs {
             let mut w = Writer::default();
             encode_request(&r, &mut w);

@@ -38,9 +38,10 @@ pub fn pwrite_of(of: &OpenFile, data: &[u8], off: u64) -> Res<usize> {
     if !of.writable() {
         return Err(libc::EBADF);
     }
+    let hold = crate::mmap::hold_for_write(of);
     let (n, end) = of.with_file(|f| f.write_at_end(data, off).map_err(en))?;
     // Where the bytes went: opened for appending, the end of file, whatever `off` said.
-    crate::mmap::written(of, &data[..n], end - n as u64);
+    crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
     Ok(n)
 }
 
@@ -50,8 +51,9 @@ pub fn write_of(of: &OpenFile, data: &[u8]) -> Res<usize> {
         if !of.writable() {
             return Err(libc::EBADF);
         }
+        let hold = crate::mmap::hold_for_write(of);
         let (n, end) = of.with_file(|f| f.write_at_end(data, 0).map_err(en))?;
-        crate::mmap::written(of, &data[..n], end - n as u64);
+        crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
         of.set_offset(end);
         return Ok(n);
     }

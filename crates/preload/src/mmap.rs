@@ -242,7 +242,9 @@ fn write_back_left(
         }
         load(of, &mut file[..n], at)?;
         if left[..n] != file[..n] {
-            put_back(of, &left[..n], at)?;
+            // Not copied into the backing file (nobody else holds it, and the caller,
+            // holding its fill lock, refills it next).
+            of.with_file(|f| f.write_in_place(&left[..n], at).map_err(en))?;
         }
         at += n as u64;
     }
@@ -335,14 +337,17 @@ fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -> Res<()> {
     {
         return Err(libc::EACCES);
     }
+    let _fill = FillLock::exclusive(fd);
     if first {
         // Left by a process that died mapping the file, and not yet written back by the
-        // daemon (which has not yet seen the death): its stores first. Failing that, they
-        // are lost, as the refill below replaces them. (Before the fill lock: writing back
-        // copies into the backing file under that lock's shared side.)
+        // daemon (which has not yet seen the death), or by the last process to unmap it
+        // while another was about to map it: its stores first. Failing that, they are
+        // lost, as the refill below replaces them. Under the fill lock: a write to the
+        // file holds its shared side from before its commit until its bytes are in the
+        // backing file (`hold_for_write`), so no page compared here is one whose write
+        // has committed but not yet reached the backing file.
         let _ = write_back_left(of, fd, &st, &meta);
     }
-    let _fill = FillLock::exclusive(fd);
     // SAFETY: ftruncate, fchmod and flock on our own backing descriptor.
     unsafe {
         if first {
@@ -637,7 +642,51 @@ pub fn written(of: &OpenFile, data: &[u8], off: u64) {
     if data.is_empty() {
         return;
     }
-    with_backing(of.handle(), |fd| copy_into_backing(of, fd, data, off));
+    with_backing(of.handle(), |fd| {
+        let _fill = FillLock::shared(fd);
+        copy_into_backing(of, fd, data, off)
+    });
+}
+
+/// A write to a file that some process maps, from before its commit until its bytes are in
+/// the backing file: a descriptor of the backing file with the fill lock's shared side
+/// held. Without it, a compare of the backing file with the file in between (a first
+/// mapper writing back what a dead one left) would take the committed bytes not yet
+/// copied for a store of older ones, and write those back over the write.
+/// The descriptor is one of its own: an open file description's lock is one for all its
+/// users, so a mapping's descriptor, shared with other threads, would let one thread's
+/// unlock end another's hold.
+pub struct WriteHold {
+    fd: c_int,
+}
+
+impl Drop for WriteHold {
+    fn drop(&mut self) {
+        FillLock::set(self.fd, libc::F_UNLCK);
+        crate::ownfds::close(self.fd);
+    }
+}
+
+/// Take a `WriteHold` before writing to `of`'s file, if some process maps it now.
+pub fn hold_for_write(of: &OpenFile) -> Option<WriteHold> {
+    let h = of.handle();
+    if reentered() || !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
+        return None;
+    }
+    let fd = open_existing_backing(&backing_name(h).ok()?)?;
+    FillLock::set(fd, libc::F_RDLCK);
+    Some(WriteHold { fd })
+}
+
+/// The write that `hold` (if any) was taken for is done: `data` went to `off`. With a
+/// hold, its bytes go into the backing file under it; without one, as `written` does (a
+/// mapping made since the write began).
+pub fn written_held(of: &OpenFile, hold: Option<WriteHold>, data: &[u8], off: u64) {
+    match hold {
+        Some(h) if !data.is_empty() => copy_into_backing(of, h.fd, data, off),
+        Some(_) => {}
+        None => written(of, data, off),
+    }
 }
 
 /// Change the size of file `h` with `change` (a truncate, an allocation past the end),
@@ -661,13 +710,11 @@ pub fn resizing(
     let Ok(name) = backing_name(h) else {
         return change();
     };
-    // SAFETY: opening an existing backing file with the real call. Not there yet: the
-    // process that maps the file makes it and fills it from the file, after this change.
-    let fd = unsafe { real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-    if fd < 0 {
+    // Not there yet: the process that maps the file makes it and fills it from the file,
+    // after this change.
+    let Some(fd) = open_existing_backing(&name) else {
         return change();
-    }
-    let fd = crate::util::move_high(fd);
+    };
     let r = (|| {
         let _fill = FillLock::exclusive(fd);
         let old = size()?;
@@ -679,33 +726,56 @@ pub fn resizing(
     r
 }
 
-/// Run `f` on a descriptor of file `h`'s backing file, if some process maps the file.
+/// Run `f` on a descriptor of its own of file `h`'s backing file, if some process maps the
+/// file (see `WriteHold` for why not a mapping's).
 fn with_backing(h: Handle, f: impl FnOnce(c_int)) {
     if reentered() {
         return;
     }
-    if NMAPS.load(Ordering::Acquire) != 0 {
-        let all = maps();
-        if let Some(m) = all.iter().find(|m| m.of.handle() == h) {
-            f(m.backing);
-            return;
-        }
-    }
-    // Mapped by other processes only (one load when nobody maps it).
+    // One load when nobody maps it.
     if !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
         return;
     }
     let Ok(name) = backing_name(h) else {
         return;
     };
-    // SAFETY: opening an existing backing file with the real call. Not there yet: the
-    // process that maps the file makes it and fills it from the file, after this change.
-    let fd = unsafe { real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-    if fd >= 0 {
-        // Among the shim's own numbers, out of the program's way.
-        let fd = crate::util::move_high(fd);
+    // Not there yet: the process that maps the file makes it and fills it from the file,
+    // after this change.
+    if let Some(fd) = open_existing_backing(&name) {
         f(fd);
         crate::ownfds::close(fd);
+    }
+}
+
+/// Open the backing file `name` if it exists and is one the shim makes: a regular file
+/// with one name that nobody but its owner may write (anyone may make files in /dev/shm:
+/// another's could hold the fill lock for good, or be a link elsewhere). At a high number,
+/// out of the program's way.
+fn open_existing_backing(name: &CString) -> Option<c_int> {
+    // SAFETY: opening with the real call, not following a symlink.
+    let fd = unsafe {
+        real::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let fd = crate::util::move_high(fd);
+    match backing_stat(fd) {
+        Ok(st)
+            if st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_nlink == 1
+                && st.st_mode & 0o022 == 0 =>
+        {
+            Some(fd)
+        }
+        _ => {
+            crate::ownfds::close(fd);
+            None
+        }
     }
 }
 
@@ -721,9 +791,8 @@ fn zero_backing_from(fd: c_int, from: u64) {
     }
 }
 
-/// Write `data` at `off` into a backing file, as far as it reaches, once no fill runs.
+/// Write `data` at `off` into a backing file whose fill lock the caller holds (shared).
 fn copy_into_backing(of: &OpenFile, fd: c_int, data: &[u8], off: u64) {
-    let _fill = FillLock::shared(fd);
     // As far as the file reaches now, too: a truncate since the write (which zeroes the
     // backing file under the lock's exclusive side) cut off what lies beyond.
     let (Ok(size), Ok(file_size)) = (backing_size(fd), crate::io::size_of(of)) else {
@@ -746,37 +815,30 @@ fn forget(m: Mapping) {
         NMAPS.fetch_sub(1, Ordering::AcqRel);
         return;
     }
-    // SAFETY: flock on our backing descriptor.
-    let last = unsafe { real::flock(m.backing, libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    if last && m.counted {
-        // Nobody else holds the file: removed before the count is given up, so that a new
-        // mapping, once the bit is clear, finds it gone (or, opened just before, unlinked)
-        // and fills a new one. If the server still counts other mappings, their processes
-        // died and it has not seen it yet: their stores are in the file only this
-        // descriptor still reaches, so they are written back from here first.
-        // SAFETY: unlinking our backing file by name.
-        unsafe { real::unlink(m.name.as_ptr()) };
-        let left = session::fs().and_then(|fs| fs.unmapped_last(m.of.handle()).map_err(en));
-        if left.is_ok_and(|n| n > 0)
-            && let Ok(st) = backing_stat(m.backing)
-            && let Ok(meta) = m.of.with_file(|f| f.metadata().map_err(en))
-        {
-            let _ = guard(-1, || {
-                write_back_left(&m.of, m.backing, &st, &meta).map(|_| 0)
-            });
-        }
-        crate::ownfds::close(m.backing);
+    crate::ownfds::close(m.backing);
+    if m.counted {
+        // The server removes the backing file when its count of the inode's mappings
+        // reaches zero, in the same step that clears the bit: a new mapping then finds it
+        // gone and fills a new one, never joins a file that missed writes. If a counted
+        // mapper died unseen, the count stays above zero until the server sees the death,
+        // and the file (with that process's stores) until it has written them back
+        // (`server/backing.rs`). Posted: nothing waits for it.
+        let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
     } else {
-        if last {
-            // SAFETY: as above.
-            unsafe { real::unlink(m.name.as_ptr()) };
-        }
-        crate::ownfds::close(m.backing);
-        // Only now, with this process's lock gone: while the bit is clear no process holds
-        // the backing file, so a new mapping finds it gone or fills it afresh, never joins
-        // a file that missed writes. Posted: nothing waits for it.
-        if m.counted {
-            let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
+        // Never counted (its count was refused): removed here if nobody else holds it.
+        // SAFETY: reopening and locking the file by name, then unlinking it.
+        unsafe {
+            let fd = real::open(
+                m.name.as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0,
+            );
+            if fd >= 0 {
+                if real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+                    real::unlink(m.name.as_ptr());
+                }
+                real::close(fd);
+            }
         }
     }
     NMAPS.fetch_sub(1, Ordering::AcqRel);

@@ -359,20 +359,6 @@ impl Fs {
         }
     }
 
-    /// Give up one shared mapping of `target` and wait for the answer: how many mappings of
-    /// it are still counted. The last process to hold the backing file uses it to tell a
-    /// mapper that died unseen (still counted) from none (`mmap.rs`'s `forget`).
-    pub fn unmapped_last(&self, target: Handle) -> Result<u64> {
-        let r = match &self.core.transport {
-            Transport::InProcess(m) => lock(m).mapped(IN_PROCESS_CLIENT, target, false)?,
-            Transport::Remote(r) => r.call(&Request::Mapped { target, on: false })?,
-        };
-        match r {
-            Response::Count(n) => Ok(n),
-            _ => Err(Error::with_msg(libc::EIO, "unexpected reply to an unmap")),
-        }
-    }
-
     /// Whether some process maps inode `ino` shared (see `set_mapped`); one load.
     pub fn mapped_anywhere(&self, ino: u64) -> bool {
         self.core.shared.mapped.contains(ino)

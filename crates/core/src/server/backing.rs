@@ -55,29 +55,32 @@ impl Server {
     }
 
     /// A client that mapped `ino` died while other processes still map it: its stores are
-    /// in the backing file they share, which stays. Found gone, the file was removed by
-    /// the last process holding it, which is about to give its mapping up and still holds
-    /// the file: its answer (`mapped`) tells it to write the stores back itself.
+    /// in the backing file they share, which stays. (The last process to give its mapping
+    /// up removes the file only once the server counts no other: `mmap.rs`'s `forget`.)
     pub(super) fn write_back_dead_stores(&mut self, ino: u64) {
-        match self.open_backing(ino) {
-            Some(b) if b.current => {
-                self.write_back_or_unmark(&b);
-            }
-            Some(_) => {}
-            None => {
-                self.stores_left_with.insert(ino);
-            }
+        if let Some(b) = self.open_backing(ino)
+            && b.current
+        {
+            self.write_back_or_unmark(&b);
         }
     }
 
-    /// Whether a dead client's stores in `ino`'s backing file were left to the process
-    /// that removed the file (see `write_back_dead_stores`); forgets it.
-    pub(super) fn take_stores_left(&mut self, ino: u64) -> bool {
-        self.stores_left_with.remove(&ino)
+    /// No counted mapping of `ino` is left, and none of their processes died: remove its
+    /// backing file. (A process the server does not count that still maps it keeps an
+    /// unlinked file, which writes no longer reach.)
+    pub(super) fn remove_backing(&mut self, ino: u64) {
+        let Some(id) = self.side_files else {
+            return;
+        };
+        let d = self.read_inode(ino);
+        if !d.is_free() {
+            let _ = std::fs::remove_file(sidefiles::map_file(id, ino, d.generation));
+        }
     }
 
-    /// No counted mapping of `ino` is left: write back and remove its backing file if its
-    /// last holder died, or unmark it if a process nobody counted still holds it.
+    /// No counted mapping of `ino` is left, and one of their processes died: write back
+    /// and remove its backing file if nobody holds it, or unmark it if a process nobody
+    /// counted still does.
     pub(super) fn settle_backing(&mut self, ino: u64) {
         let Some(b) = self.open_backing(ino) else {
             return;

@@ -18,6 +18,9 @@ const MAPPINGS_PER_INODE: u32 = 1 << 30;
 pub(super) struct Mappings {
     by_client: FastMap<ClientId, FastMap<u64, u32>>,
     total: FastMap<u64, u32>,
+    /// Inodes a client died mapping since their count was last zero: their backing file
+    /// may hold stores never written back (`server/backing.rs`).
+    died: crate::fasthash::FastSet<u64>,
 }
 
 impl Server {
@@ -65,12 +68,7 @@ impl Server {
             if *counted == 0 {
                 mine.remove(&target.ino);
             }
-            // Mappings still counted, or a dead one whose stores only the sender still
-            // reaches (`backing.rs`): either way the sender writes the file back.
-            let stores_left = self.take_stores_left(target.ino);
             self.unmap(target.ino, 1);
-            let left = self.mappings.total.get(&target.ino).copied().unwrap_or(0);
-            return Ok(Response::Count(u64::from(left) + u64::from(stores_left)));
         }
         Ok(Response::Done)
     }
@@ -81,9 +79,14 @@ impl Server {
             *total = total.saturating_sub(n);
             if *total == 0 {
                 self.mappings.total.remove(&ino);
-                self.take_stores_left(ino);
-                // While the bit is still set: a backing file left behind is current.
-                self.settle_backing(ino);
+                // While the bit is still set: a backing file left behind is current. Its
+                // last users gave their mappings up normally, each writing its pages back
+                // first, unless one died: only then is it compared with the file.
+                if self.mappings.died.remove(&ino) {
+                    self.settle_backing(ino);
+                } else {
+                    self.remove_backing(ino);
+                }
                 self.shared.mapped.set(ino, false);
             }
         }
@@ -94,6 +97,7 @@ impl Server {
     pub(super) fn release_mappings(&mut self, client: ClientId) {
         if let Some(mine) = self.mappings.by_client.remove(&client) {
             for (ino, n) in mine {
+                self.mappings.died.insert(ino);
                 self.unmap(ino, n);
                 if self.mappings.total.contains_key(&ino) {
                     self.write_back_dead_stores(ino);

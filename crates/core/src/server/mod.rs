@@ -96,9 +96,6 @@ pub struct Server {
     side_files: Option<u64>,
     /// Failures to write a backing file back (`take_backing_errors`).
     backing_errors: Vec<String>,
-    /// Inodes whose dead mapper's stores are left to the process removing the backing
-    /// file (`backing.rs`).
-    stores_left_with: crate::fasthash::FastSet<u64>,
 }
 
 impl Server {
@@ -137,7 +134,6 @@ impl Server {
             spare_items: Vec::with_capacity(8),
             side_files: None,
             backing_errors: Vec::new(),
-            stores_left_with: Default::default(),
         }
     }
 
