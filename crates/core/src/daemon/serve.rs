@@ -384,6 +384,13 @@ fn run_loop(
                     .collect();
             }
         }
+        // Write-backs of dead clients' mappings that found a write in flight.
+        if server.backing_pending() {
+            server.retry_backing();
+            for e in server.take_backing_errors() {
+                log(&e);
+            }
+        }
         let idle_deadline = match idle_exit {
             Some(d) if clients.is_empty() => {
                 let at = last_client + d;
@@ -402,6 +409,11 @@ fn run_loop(
             continue;
         }
         if idle.scan_again() {
+            continue;
+        }
+        if server.backing_pending() {
+            // Not asleep while a write-back waits (the writer's copy is a moment away).
+            std::thread::yield_now();
             continue;
         }
         // Sleep. Note each doorbell, announce the sleep, and scan once more: a client that

@@ -26,6 +26,35 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 /// Pages written back per commit: a bounded record, and a bounded buffer.
 const BATCH_PAGES: usize = 64;
 
+/// How long a write-back waits for writes in flight to the file (see `fill_lock`) before
+/// it gives up: a writer holds the lock for one commit and one copy.
+const WAIT_FOR_WRITERS: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Where the shim's fill lock lies in a backing file (`mmap.rs`'s `FillLock::AT`).
+const FILL_LOCK_AT: i64 = 1 << 62;
+
+/// Take the fill lock's exclusive side of `file` without waiting: false while a process
+/// writes the file (it holds the shared side from before its commit until its bytes are in
+/// the backing file) or fills it. Given up when `file` is closed.
+fn fill_lock(file: &File) -> bool {
+    // SAFETY: plain data, for which all zeros is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = FILL_LOCK_AT;
+    l.l_len = 1;
+    // SAFETY: an OFD lock request on a descriptor we own, with a valid flock struct.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) == 0 }
+}
+
+/// How a look at a backing file ended.
+#[derive(PartialEq, Eq)]
+pub(super) enum Settled {
+    Done,
+    /// A write to the file was in flight: look again (`retry_backing`).
+    Busy,
+}
+
 /// A backing file the server found, and what it found out.
 struct Backing {
     file: File,
@@ -42,8 +71,11 @@ impl Server {
     pub fn use_side_files(&mut self, id: u64) {
         self.side_files = Some(id);
         for (ino, generation) in sidefiles::map_files_of(id) {
-            if sidefiles::is_live(&self.pool, &self.geo, ino, generation) {
-                self.settle_backing(ino);
+            if sidefiles::is_live(&self.pool, &self.geo, ino, generation)
+                && self.settle_backing(ino) == Settled::Busy
+            {
+                // A process of an earlier server still writing: looked at again.
+                self.retry_later(ino);
             }
         }
     }
@@ -55,14 +87,65 @@ impl Server {
     }
 
     /// A client that mapped `ino` died while other processes still map it: its stores are
-    /// in the backing file they share, which stays. (The last process to give its mapping
-    /// up removes the file only once the server counts no other: `mmap.rs`'s `forget`.)
-    pub(super) fn write_back_dead_stores(&mut self, ino: u64) {
+    /// in the backing file they share, which stays.
+    pub(super) fn write_back_dead_stores(&mut self, ino: u64) -> Settled {
         if let Some(b) = self.open_backing(ino)
             && b.current
         {
+            if !fill_lock(&b.file) {
+                return Settled::Busy;
+            }
             self.write_back_or_unmark(&b);
         }
+        Settled::Done
+    }
+
+    /// Look again at the backing files whose write-back found a write in flight, while the
+    /// inode's bit stays set (so that writes go on reaching the file). Given up after
+    /// `WAIT_FOR_WRITERS`: the file is then unmarked, and the dead process's stores lost.
+    pub fn retry_backing(&mut self) {
+        let now = std::time::Instant::now();
+        let waiting: Vec<(u64, std::time::Instant)> = self.backing_retry.drain().collect();
+        for (ino, since) in waiting {
+            let counted = self.mappings_of(ino) > 0;
+            let settled = match counted {
+                true => self.write_back_dead_stores(ino),
+                false => self.settle_backing(ino),
+            };
+            if settled == Settled::Done {
+                if !counted {
+                    self.shared.mapped.set(ino, false);
+                }
+            } else if now.duration_since(since) > WAIT_FOR_WRITERS {
+                if let Some(b) = self.open_backing(ino) {
+                    let _ = b
+                        .file
+                        .set_permissions(std::fs::Permissions::from_mode(0o600));
+                    self.backing_errors.push(format!(
+                        "{} is not written back: a write to the file never ended",
+                        b.name
+                    ));
+                }
+                if !counted {
+                    self.remove_backing(ino);
+                    self.shared.mapped.set(ino, false);
+                }
+            } else {
+                self.backing_retry.insert(ino, since);
+            }
+        }
+    }
+
+    /// Whether some backing file waits for `retry_backing`.
+    pub fn backing_pending(&self) -> bool {
+        !self.backing_retry.is_empty()
+    }
+
+    /// Note that `ino`'s backing file waits for `retry_backing`.
+    pub(super) fn retry_later(&mut self, ino: u64) {
+        self.backing_retry
+            .entry(ino)
+            .or_insert_with(std::time::Instant::now);
     }
 
     /// No counted mapping of `ino` is left, and none of their processes died: remove its
@@ -81,24 +164,30 @@ impl Server {
     /// No counted mapping of `ino` is left, and one of their processes died: write back
     /// and remove its backing file if nobody holds it, or unmark it if a process nobody
     /// counted still does.
-    pub(super) fn settle_backing(&mut self, ino: u64) {
+    pub(super) fn settle_backing(&mut self, ino: u64) -> Settled {
         let Some(b) = self.open_backing(ino) else {
-            return;
+            return Settled::Done;
         };
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(b.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let _ = b
                 .file
                 .set_permissions(std::fs::Permissions::from_mode(0o600));
-            return;
+            return Settled::Done;
         }
-        if b.current && !self.write_back_or_unmark(&b) {
-            // Left, unmarked: a later mapping starts from the file again.
-            return;
+        if b.current {
+            if !fill_lock(&b.file) {
+                return Settled::Busy;
+            }
+            if !self.write_back_or_unmark(&b) {
+                // Left, unmarked: a later mapping starts from the file again.
+                return Settled::Done;
+            }
         }
         // Removed while we hold it: a process opening it meanwhile waits for our lock,
         // then finds it unlinked and makes a new one.
         let _ = std::fs::remove_file(&b.name);
+        Settled::Done
     }
 
     /// The backing file of live inode `ino`, if there is one that is ours to act on: a

@@ -1,6 +1,7 @@
 //! Shared mappings: how many each client holds of each inode (`Request::Mapped`), and the
 //! bit per inode (`MappedSet`) that tells every client's writes to update the mappings.
 
+use super::backing::Settled;
 use super::{ClientId, Server};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
@@ -73,6 +74,11 @@ impl Server {
         Ok(Response::Done)
     }
 
+    /// How many mappings of `ino` are counted.
+    pub(super) fn mappings_of(&self, ino: u64) -> u32 {
+        self.mappings.total.get(&ino).copied().unwrap_or(0)
+    }
+
     /// Take `n` mappings of `ino` off its total; clear its bit at zero.
     fn unmap(&mut self, ino: u64, n: u32) {
         if let Some(total) = self.mappings.total.get_mut(&ino) {
@@ -82,10 +88,12 @@ impl Server {
                 // While the bit is still set: a backing file left behind is current. Its
                 // last users gave their mappings up normally, each writing its pages back
                 // first, unless one died: only then is it compared with the file.
-                if self.mappings.died.remove(&ino) {
-                    self.settle_backing(ino);
-                } else {
+                if !self.mappings.died.remove(&ino) {
                     self.remove_backing(ino);
+                } else if self.settle_backing(ino) == Settled::Busy {
+                    // The bit stays set until it is written back.
+                    self.retry_later(ino);
+                    return;
                 }
                 self.shared.mapped.set(ino, false);
             }
@@ -99,8 +107,10 @@ impl Server {
             for (ino, n) in mine {
                 self.mappings.died.insert(ino);
                 self.unmap(ino, n);
-                if self.mappings.total.contains_key(&ino) {
-                    self.write_back_dead_stores(ino);
+                if self.mappings.total.contains_key(&ino)
+                    && self.write_back_dead_stores(ino) == Settled::Busy
+                {
+                    self.retry_later(ino);
                 }
             }
         }

@@ -96,6 +96,9 @@ pub struct Server {
     side_files: Option<u64>,
     /// Failures to write a backing file back (`take_backing_errors`).
     backing_errors: Vec<String>,
+    /// Backing files whose write-back waits for a write in flight, since when
+    /// (`backing.rs`'s `retry_backing`).
+    backing_retry: FastMap<u64, std::time::Instant>,
 }
 
 impl Server {
@@ -134,6 +137,7 @@ impl Server {
             spare_items: Vec::with_capacity(8),
             side_files: None,
             backing_errors: Vec::new(),
+            backing_retry: FastMap::default(),
         }
     }
 

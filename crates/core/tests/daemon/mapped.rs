@@ -64,3 +64,81 @@ fn a_killed_clients_mappings_go_with_it() {
     super::killed::eventually(|| !fs.mapped_anywhere(ino));
     assert!(!fs.mapped_anywhere(ino));
 }
+
+/// A dead client's mapped stores are written back only once no write to the file is in
+/// flight (a writer holds the backing file's fill lock, shared, from before its commit to
+/// its copy): meanwhile the file is left as it is and the mapped bit stays set.
+#[test]
+fn a_dead_clients_stores_wait_for_a_write_in_flight() {
+    use engram_core::sidefiles;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    let d = Daemon::start("mapped-inflight", 16 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.write_file("/f", &[b'a'; 8192]).unwrap();
+    let h = fs
+        .open_file("/f", &OpenOptions::new().read(true))
+        .unwrap()
+        .handle();
+    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
+    let name = sidefiles::map_file(id, h.ino, h.generation);
+    // The backing file a mapper made, with a store in its second page.
+    let mut image = vec![b'a'; 8192];
+    image[5000] = b'Z';
+    std::fs::write(&name, &image).unwrap();
+    std::fs::set_permissions(
+        &name,
+        std::fs::Permissions::from_mode(0o600 | sidefiles::MAP_CURRENT),
+    )
+    .unwrap();
+    // The mapper: a client counting a mapping, then gone.
+    let mapper = Fs::connect(&d.socket).unwrap();
+    let f = mapper
+        .open_file("/f", &OpenOptions::new().read(true))
+        .unwrap();
+    mapper.set_mapped(f.handle(), true).unwrap();
+    // A writer in flight: the fill lock's shared side, on a description of its own.
+    let writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&name)
+        .unwrap();
+    let fill = |kind: i32| {
+        // SAFETY: plain data, for which all zeros is a valid value.
+        let mut l: libc::flock = unsafe { std::mem::zeroed() };
+        l.l_type = kind as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        l.l_start = 1 << 62;
+        l.l_len = 1;
+        // SAFETY: an OFD lock request on a descriptor this test owns.
+        assert_eq!(
+            unsafe { libc::fcntl(writer.as_raw_fd(), libc::F_OFD_SETLK, &mut l) },
+            0
+        );
+    };
+    fill(libc::F_RDLCK);
+    drop(f);
+    drop(mapper);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        fs.read_file("/f").unwrap()[5000],
+        b'a',
+        "written back under a write"
+    );
+    assert!(
+        fs.mapped_anywhere(h.ino),
+        "the bit went while the write-back waits"
+    );
+    fill(libc::F_UNLCK);
+    super::killed::eventually(|| !fs.mapped_anywhere(h.ino));
+    assert_eq!(
+        fs.read_file("/f").unwrap()[5000],
+        b'Z',
+        "never written back"
+    );
+    assert!(!fs.mapped_anywhere(h.ino), "the bit stayed");
+    assert!(
+        !std::path::Path::new(&name).exists(),
+        "the backing file was left"
+    );
+}
