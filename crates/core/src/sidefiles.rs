@@ -4,10 +4,10 @@
 //! (a hash of its canonical path), the inode and its generation, so every process that
 //! reaches the pool, in-process or through the daemon, finds the same file.
 //!
-//! The shim removes a mapping file at the last unmap of the inode, but not a lock file when
-//! its file goes away (only the server knows when no process still has the inode open). A
-//! program killed while mapping leaves its mapping file, which the server writes back and
-//! removes (`server/backing.rs`). All of a path's files go when a pool is made anew there
+//! The server removes a mapping file when it counts no mapping of the inode any more,
+//! having written back what a process killed while mapping left in it
+//! (`server/backing.rs`); nobody removes a lock file when its file goes away (only the
+//! server knows when no process still has the inode open). All of a path's files go when a pool is made anew there
 //! (`Fs::mkfs`). When the pool is mounted (`Fs::open`, `engram serve`), the files of inodes
 //! that are no longer live (freed, or the slot reused with another generation) are removed:
 //! no process can open such an inode again, so no new holder can come to contend with one
