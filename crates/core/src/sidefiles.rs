@@ -60,6 +60,16 @@ pub fn map_file(pool: u64, ino: u64, generation: u32) -> String {
 /// (`server/backing.rs`).
 pub const MAP_CURRENT: u32 = libc::S_ISVTX;
 
+/// The mode bit of a mapping file whose first mapper finished filling it from the file (set
+/// with `MAP_CURRENT`, never cleared but by a refill): one without it was left half filled
+/// by a process that died filling it, and no mapping may join it.
+pub const MAP_FILLED: u32 = libc::S_ISUID;
+
+/// `mode` without `MAP_CURRENT`: a mapping file no longer to be written back.
+pub fn unmarked(mode: u32) -> u32 {
+    mode & 0o7777 & !MAP_CURRENT
+}
+
 /// Whether a mapping file of mode `mode` is marked current (`MAP_CURRENT`).
 pub fn map_file_is_current(mode: u32) -> bool {
     mode & MAP_CURRENT != 0

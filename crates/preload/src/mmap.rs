@@ -369,7 +369,8 @@ fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -> Res<()> {
                 return Err(errno());
             }
             fill_backing(of, fd, 0, size.min(want))?;
-            if real::fchmod(fd, 0o600 | sidefiles::MAP_CURRENT) != 0 {
+            let done = 0o600 | sidefiles::MAP_CURRENT | sidefiles::MAP_FILLED;
+            if real::fchmod(fd, done) != 0 {
                 return Err(errno());
             }
             real::flock(fd, libc::LOCK_SH);
@@ -395,23 +396,35 @@ fn backing_name(h: Handle) -> Res<CString> {
 /// other process maps it (returns true: its contents are to be filled), shared otherwise.
 /// A file removed between the open and the lock by the last process giving its mapping up
 /// is opened again: a mapping of it would miss every later write.
+/// A file whose first mapper died filling it (`sidefiles::MAP_FILLED` not set when this
+/// process gets its shared lock) is let go too, until one opener finds nobody holding it
+/// and fills it anew: joined, its unfilled zeros would be written back as stores.
 fn lock_backing(name: &CString) -> Res<(c_int, bool)> {
-    loop {
+    for attempt in 0.. {
         let fd = open_backing(name)?;
         // SAFETY: flock and fstat on our own backing descriptor, into a local buffer.
-        let (first, linked) = unsafe {
+        let (first, linked, filled) = unsafe {
             let first = real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0;
             if !first {
                 real::flock(fd, libc::LOCK_SH);
             }
             let mut st: libc::stat = std::mem::zeroed();
-            (first, real::fstat(fd, &mut st) == 0 && st.st_nlink > 0)
+            let ok = real::fstat(fd, &mut st) == 0;
+            let filled = st.st_mode & sidefiles::MAP_FILLED != 0;
+            (first, ok && st.st_nlink > 0, filled)
         };
-        if linked {
+        if linked && (first || filled) {
             return Ok((fd, first));
         }
         crate::ownfds::close(fd);
+        if attempt > 0 {
+            std::thread::yield_now();
+        }
+        if attempt >= 10_000 {
+            break;
+        }
     }
+    Err(libc::EAGAIN)
 }
 
 /// Open (making it if need be) the backing file `name`, at a high descriptor.

@@ -47,6 +47,23 @@ fn fill_lock(file: &File) -> bool {
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) == 0 }
 }
 
+/// Take `file`'s `MAP_CURRENT` mark off: it is no longer to be written back.
+fn unmark(file: &File) {
+    if let Ok(m) = file.metadata() {
+        let mode = sidefiles::unmarked(m.permissions().mode());
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+    }
+}
+
+/// What a backing file waits to have done (`retry_backing`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pending {
+    /// Removed: no mapping is left and none died.
+    Remove,
+    /// Written back (if a mapping died) and removed, or written back while others map it.
+    Settle,
+}
+
 /// How a look at a backing file ended.
 #[derive(PartialEq, Eq)]
 pub(super) enum Settled {
@@ -60,6 +77,8 @@ struct Backing {
     file: File,
     name: String,
     h: Handle,
+    /// Marked current (`MAP_CURRENT`).
+    marked: bool,
     /// Marked current, and made by someone who may write the file.
     current: bool,
 }
@@ -75,7 +94,7 @@ impl Server {
                 && self.settle_backing(ino) == Settled::Busy
             {
                 // A process of an earlier server still writing: looked at again.
-                self.retry_later(ino);
+                self.retry_later(ino, Pending::Settle);
             }
         }
     }
@@ -89,15 +108,38 @@ impl Server {
     /// A client that mapped `ino` died while other processes still map it: its stores are
     /// in the backing file they share, which stays.
     pub(super) fn write_back_dead_stores(&mut self, ino: u64) -> Settled {
-        if let Some(b) = self.open_backing(ino)
-            && b.current
-        {
-            if !fill_lock(&b.file) {
-                return Settled::Busy;
+        let Some(b) = self.open_backing(ino) else {
+            return Settled::Done;
+        };
+        if !b.current {
+            if !b.marked {
+                self.backing_errors.push(format!(
+                    "{} is not written back: it was unmarked before (see the lines above)",
+                    b.name
+                ));
             }
-            self.write_back_or_unmark(&b);
+            return Settled::Done;
         }
+        if !fill_lock(&b.file) {
+            return Settled::Busy;
+        }
+        self.write_back_or_unmark(&b);
         Settled::Done
+    }
+
+    /// No counted mapping of `ino` is left: with `died`, one of their processes died since
+    /// the count was last zero (`settle_backing`); without, remove the backing file
+    /// (`remove_backing`). The mapped bit is cleared once done; while a write in flight
+    /// holds the file, both wait (`retry_backing`) with the bit set.
+    pub(super) fn backing_unmapped(&mut self, ino: u64, died: bool) {
+        let (settled, pending) = match died {
+            true => (self.settle_backing(ino), Pending::Settle),
+            false => (self.remove_backing(ino), Pending::Remove),
+        };
+        match settled {
+            Settled::Done => self.shared.mapped.set(ino, false),
+            Settled::Busy => self.retry_later(ino, pending),
+        }
     }
 
     /// Look again at the backing files whose write-back found a write in flight, while the
@@ -105,12 +147,16 @@ impl Server {
     /// `WAIT_FOR_WRITERS`: the file is then unmarked, and the dead process's stores lost.
     pub fn retry_backing(&mut self) {
         let now = std::time::Instant::now();
-        let waiting: Vec<(u64, std::time::Instant)> = self.backing_retry.drain().collect();
-        for (ino, since) in waiting {
+        let waiting: Vec<(u64, (std::time::Instant, Pending))> =
+            self.backing_retry.drain().collect();
+        for (ino, (since, pending)) in waiting {
             let counted = self.mappings_of(ino) > 0;
-            let settled = match counted {
-                true => self.write_back_dead_stores(ino),
-                false => self.settle_backing(ino),
+            let settled = match (pending, counted) {
+                // Mapped again meanwhile: the file is in use.
+                (Pending::Remove, true) => Settled::Done,
+                (Pending::Remove, false) => self.remove_backing(ino),
+                (_, true) => self.write_back_dead_stores(ino),
+                (_, false) => self.settle_backing(ino),
             };
             if settled == Settled::Done {
                 if !counted {
@@ -118,20 +164,22 @@ impl Server {
                 }
             } else if now.duration_since(since) > WAIT_FOR_WRITERS {
                 if let Some(b) = self.open_backing(ino) {
-                    let _ = b
-                        .file
-                        .set_permissions(std::fs::Permissions::from_mode(0o600));
-                    self.backing_errors.push(format!(
-                        "{} is not written back: a write to the file never ended",
-                        b.name
-                    ));
+                    unmark(&b.file);
+                    if pending == Pending::Settle {
+                        self.backing_errors.push(format!(
+                            "{} is not written back: writes to the file went on for {:?}",
+                            b.name, WAIT_FOR_WRITERS
+                        ));
+                    }
+                    if !counted {
+                        let _ = std::fs::remove_file(&b.name);
+                    }
                 }
                 if !counted {
-                    self.remove_backing(ino);
                     self.shared.mapped.set(ino, false);
                 }
             } else {
-                self.backing_retry.insert(ino, since);
+                self.backing_retry.insert(ino, (since, pending));
             }
         }
     }
@@ -141,24 +189,27 @@ impl Server {
         !self.backing_retry.is_empty()
     }
 
-    /// Note that `ino`'s backing file waits for `retry_backing`.
-    pub(super) fn retry_later(&mut self, ino: u64) {
+    /// Note that `ino`'s backing file waits for `retry_backing`, to do `pending`.
+    pub(super) fn retry_later(&mut self, ino: u64, pending: Pending) {
         self.backing_retry
             .entry(ino)
-            .or_insert_with(std::time::Instant::now);
+            .or_insert_with(|| (std::time::Instant::now(), pending));
     }
 
     /// No counted mapping of `ino` is left, and none of their processes died: remove its
-    /// backing file. (A process the server does not count that still maps it keeps an
-    /// unlinked file, which writes no longer reach.)
-    pub(super) fn remove_backing(&mut self, ino: u64) {
-        let Some(id) = self.side_files else {
-            return;
+    /// backing file, once no write holds it (a write that opened it before would
+    /// otherwise copy its bytes into a removed file, and a new mapping's file miss them).
+    /// A process the server does not count that still maps it keeps an unlinked file,
+    /// which writes no longer reach.
+    pub(super) fn remove_backing(&mut self, ino: u64) -> Settled {
+        let Some(b) = self.open_backing(ino) else {
+            return Settled::Done;
         };
-        let d = self.read_inode(ino);
-        if !d.is_free() {
-            let _ = std::fs::remove_file(sidefiles::map_file(id, ino, d.generation));
+        if !fill_lock(&b.file) {
+            return Settled::Busy;
         }
+        let _ = std::fs::remove_file(&b.name);
+        Settled::Done
     }
 
     /// No counted mapping of `ino` is left, and one of their processes died: write back
@@ -170,9 +221,7 @@ impl Server {
         };
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(b.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let _ = b
-                .file
-                .set_permissions(std::fs::Permissions::from_mode(0o600));
+            unmark(&b.file);
             return Settled::Done;
         }
         if b.current {
@@ -234,6 +283,7 @@ impl Server {
             file,
             name,
             h,
+            marked,
             current,
         })
     }
@@ -243,9 +293,7 @@ impl Server {
         match self.write_back_backing(b.h, &b.file) {
             Ok(()) => true,
             Err(e) => {
-                let _ = b
-                    .file
-                    .set_permissions(std::fs::Permissions::from_mode(0o600));
+                unmark(&b.file);
                 self.backing_errors
                     .push(format!("writing back {} failed: {e}", b.name));
                 false

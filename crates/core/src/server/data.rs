@@ -118,6 +118,9 @@ impl Server {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
         }
         self.check_writer(client, h)?;
+        if self.backing_pending() {
+            self.retry_backing();
+        }
         let d = self.inode(h)?;
         if d.is_dir() {
             return Err(Error::EISDIR);

@@ -1,7 +1,7 @@
 //! Shared mappings: how many each client holds of each inode (`Request::Mapped`), and the
 //! bit per inode (`MappedSet`) that tells every client's writes to update the mappings.
 
-use super::backing::Settled;
+use super::backing::{Pending, Settled};
 use super::{ClientId, Server};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
@@ -34,6 +34,9 @@ impl Server {
         on: bool,
     ) -> Result<Response> {
         self.running()?;
+        if self.backing_pending() {
+            self.retry_backing();
+        }
         if on {
             self.check_handle(target)?;
             if !self.holds_open(client, target.ino) {
@@ -88,14 +91,8 @@ impl Server {
                 // While the bit is still set: a backing file left behind is current. Its
                 // last users gave their mappings up normally, each writing its pages back
                 // first, unless one died: only then is it compared with the file.
-                if !self.mappings.died.remove(&ino) {
-                    self.remove_backing(ino);
-                } else if self.settle_backing(ino) == Settled::Busy {
-                    // The bit stays set until it is written back.
-                    self.retry_later(ino);
-                    return;
-                }
-                self.shared.mapped.set(ino, false);
+                let died = self.mappings.died.remove(&ino);
+                self.backing_unmapped(ino, died);
             }
         }
     }
@@ -110,7 +107,7 @@ impl Server {
                 if self.mappings.total.contains_key(&ino)
                     && self.write_back_dead_stores(ino) == Settled::Busy
                 {
-                    self.retry_later(ino);
+                    self.retry_later(ino, Pending::Settle);
                 }
             }
         }

@@ -98,7 +98,7 @@ pub struct Server {
     backing_errors: Vec<String>,
     /// Backing files whose write-back waits for a write in flight, since when
     /// (`backing.rs`'s `retry_backing`).
-    backing_retry: FastMap<u64, std::time::Instant>,
+    backing_retry: FastMap<u64, (std::time::Instant, backing::Pending)>,
 }
 
 impl Server {
@@ -180,6 +180,10 @@ impl Server {
     pub fn handle(&mut self, client: ClientId, creds: &Creds, req: Request) -> Result<Response> {
         if self.closed {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
+        }
+        // In-process nothing else looks again at a backing file a write held.
+        if self.backing_pending() {
+            self.retry_backing();
         }
         match req {
             Request::Create {
