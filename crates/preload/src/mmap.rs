@@ -90,13 +90,22 @@ struct FillLock(c_int);
 
 impl FillLock {
     const AT: off_t = 1 << 62;
+    /// The byte before which every taker of `AT` passes: shared and at once given up by a
+    /// writer, held exclusively with `AT` by a filler (and by the server while it waits for
+    /// the writers in flight to finish), so that a stream of overlapping writes, each
+    /// holding `AT` shared, cannot keep the exclusive side away for ever.
+    const GATE: off_t = Self::AT + 1;
 
     fn set(fd: c_int, kind: c_int) {
+        Self::set_at(fd, kind, Self::AT);
+    }
+
+    fn set_at(fd: c_int, kind: c_int, at: off_t) {
         // SAFETY: plain data, for which all zeros is a valid value.
         let mut l: libc::flock = unsafe { std::mem::zeroed() };
         l.l_type = kind as libc::c_short;
         l.l_whence = libc::SEEK_SET as libc::c_short;
-        l.l_start = Self::AT;
+        l.l_start = at;
         l.l_len = 1;
         // Retried when a signal interrupts the wait; any other failure (not expected on a
         // descriptor we hold) lets the copy go ahead unlocked.
@@ -113,19 +122,33 @@ impl FillLock {
     }
 
     fn exclusive(fd: c_int) -> FillLock {
+        Self::set_at(fd, libc::F_WRLCK, Self::GATE);
         Self::set(fd, libc::F_WRLCK);
         FillLock(fd)
     }
 
     fn shared(fd: c_int) -> FillLock {
-        Self::set(fd, libc::F_RDLCK);
+        Self::take_shared(fd);
         FillLock(fd)
+    }
+
+    /// `AT` shared, through the gate.
+    fn take_shared(fd: c_int) {
+        Self::set_at(fd, libc::F_RDLCK, Self::GATE);
+        Self::set(fd, libc::F_RDLCK);
+        Self::set_at(fd, libc::F_UNLCK, Self::GATE);
+    }
+
+    /// Give up `AT` and, if held, the gate.
+    fn release(fd: c_int) {
+        Self::set(fd, libc::F_UNLCK);
+        Self::set_at(fd, libc::F_UNLCK, Self::GATE);
     }
 }
 
 impl Drop for FillLock {
     fn drop(&mut self) {
-        Self::set(self.0, libc::F_UNLCK);
+        Self::release(self.0);
     }
 }
 
@@ -675,7 +698,7 @@ pub struct WriteHold {
 
 impl Drop for WriteHold {
     fn drop(&mut self) {
-        FillLock::set(self.fd, libc::F_UNLCK);
+        FillLock::release(self.fd);
         crate::ownfds::close(self.fd);
     }
 }
@@ -687,7 +710,7 @@ pub fn hold_for_write(of: &OpenFile) -> Option<WriteHold> {
         return None;
     }
     let fd = open_existing_backing(&backing_name(h).ok()?)?;
-    FillLock::set(fd, libc::F_RDLCK);
+    FillLock::take_shared(fd);
     Some(WriteHold { fd })
 }
 
@@ -696,6 +719,12 @@ pub fn hold_for_write(of: &OpenFile) -> Option<WriteHold> {
 /// mapping made since the write began).
 pub fn written_held(of: &OpenFile, hold: Option<WriteHold>, data: &[u8], off: u64) {
     match hold {
+        // Removed meanwhile (the count reached zero while the write waited at the gate): a
+        // mapping made since has a new backing file, which the write must reach.
+        Some(h) if backing_stat(h.fd).is_ok_and(|st| st.st_nlink == 0) => {
+            drop(h);
+            written(of, data, off);
+        }
         Some(h) if !data.is_empty() => copy_into_backing(of, h.fd, data, off),
         Some(_) => {}
         None => written(of, data, off),

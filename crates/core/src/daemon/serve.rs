@@ -251,6 +251,7 @@ fn run(
         mapped: common.mapped(),
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
+    server.drive_backing_retries();
     server.use_side_files(crate::sidefiles::pool_id(&abs_path));
     for e in server.take_backing_errors() {
         log(&e);

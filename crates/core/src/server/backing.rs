@@ -30,18 +30,24 @@ const BATCH_PAGES: usize = 64;
 /// it gives up: a writer holds the lock for one commit and one copy.
 const WAIT_FOR_WRITERS: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Where the shim's fill lock lies in a backing file (`mmap.rs`'s `FillLock::AT`).
-const FILL_LOCK_AT: i64 = 1 << 62;
+/// How long after a client's write to a mapped file a write-back of it waits. A write that
+/// began before any process mapped the file holds no lock, and its bytes reach the backing
+/// file a moment after its commit: compared in between, that page would be taken for an
+/// older store.
+const AFTER_A_WRITE: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// Take the fill lock's exclusive side of `file` without waiting: false while a process
-/// writes the file (it holds the shared side from before its commit until its bytes are in
-/// the backing file) or fills it. Given up when `file` is closed.
-fn fill_lock(file: &File) -> bool {
+/// Where the shim's fill lock lies in a backing file (`mmap.rs`'s `FillLock::AT`), and the
+/// gate byte every taker passes (`FillLock::GATE`).
+const FILL_LOCK_AT: i64 = 1 << 62;
+const FILL_GATE: i64 = FILL_LOCK_AT + 1;
+
+/// Take byte `at` of `file` exclusively without waiting.
+fn try_lock(file: &File, at: i64) -> bool {
     // SAFETY: plain data, for which all zeros is a valid value.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = libc::F_WRLCK as libc::c_short;
     l.l_whence = libc::SEEK_SET as libc::c_short;
-    l.l_start = FILL_LOCK_AT;
+    l.l_start = at;
     l.l_len = 1;
     // SAFETY: an OFD lock request on a descriptor we own, with a valid flock struct.
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) == 0 }
@@ -84,6 +90,50 @@ struct Backing {
 }
 
 impl Server {
+    /// Take the fill lock's exclusive side of `ino`'s backing file `name` without waiting:
+    /// None while a process writes the file (it holds the shared side from before its
+    /// commit until its bytes are in the backing file) or fills it. Returns the description
+    /// that holds it (closing it gives it up). When writes are in flight, the gate is kept
+    /// (through the daemon, whose loop looks again at once: in-process nothing would, and a
+    /// writer of this very process would wait at the gate for good), so that new writers
+    /// queue behind it and the ones in flight drain.
+    fn take_fill_lock(&mut self, ino: u64, name: &str) -> Option<File> {
+        let gate = match self.gates.remove(&ino) {
+            Some(g) => g,
+            None => {
+                // A description of its own: the caller's holds the file's flock, which a
+                // kept gate must not keep after the caller is done.
+                let g = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                    .open(name)
+                    .ok()?;
+                if !try_lock(&g, FILL_GATE) {
+                    return None;
+                }
+                g
+            }
+        };
+        let settled = self
+            .mapped_writes
+            .get(&ino)
+            .is_none_or(|t| t.elapsed() >= AFTER_A_WRITE);
+        if settled && try_lock(&gate, FILL_LOCK_AT) {
+            return Some(gate);
+        }
+        if self.retries_driven {
+            self.gates.insert(ino, gate);
+        }
+        None
+    }
+
+    /// The daemon's loop calls `retry_backing` whenever `backing_pending`: a write-back that
+    /// waits for writes may then hold the gate between its looks.
+    pub fn drive_backing_retries(&mut self) {
+        self.retries_driven = true;
+    }
+
     /// Name side files after pool `id` (`sidefiles::pool_id`): only then does the server
     /// look for backing files left behind. Also writes back those already left (the pool
     /// was just mounted: no process maps it through this server yet).
@@ -120,9 +170,9 @@ impl Server {
             }
             return Settled::Done;
         }
-        if !fill_lock(&b.file) {
+        let Some(_held) = self.take_fill_lock(ino, &b.name) else {
             return Settled::Busy;
-        }
+        };
         self.write_back_or_unmark(&b);
         Settled::Done
     }
@@ -137,7 +187,10 @@ impl Server {
             false => (self.remove_backing(ino), Pending::Remove),
         };
         match settled {
-            Settled::Done => self.shared.mapped.set(ino, false),
+            Settled::Done => {
+                self.mapped_writes.remove(&ino);
+                self.shared.mapped.set(ino, false);
+            }
             Settled::Busy => self.retry_later(ino, pending),
         }
     }
@@ -159,10 +212,13 @@ impl Server {
                 (_, false) => self.settle_backing(ino),
             };
             if settled == Settled::Done {
+                self.gates.remove(&ino);
+                self.mapped_writes.remove(&ino);
                 if !counted {
                     self.shared.mapped.set(ino, false);
                 }
             } else if now.duration_since(since) > WAIT_FOR_WRITERS {
+                self.gates.remove(&ino);
                 if let Some(b) = self.open_backing(ino) {
                     unmark(&b.file);
                     if pending == Pending::Settle {
@@ -197,18 +253,17 @@ impl Server {
     }
 
     /// No counted mapping of `ino` is left, and none of their processes died: remove its
-    /// backing file, once no write holds it (a write that opened it before would
-    /// otherwise copy its bytes into a removed file, and a new mapping's file miss them).
-    /// A process the server does not count that still maps it keeps an unlinked file,
-    /// which writes no longer reach.
+    /// backing file. A write that opened it before copies its bytes into a new mapping's
+    /// file instead when it finds it removed (`mmap.rs`'s `written_held`). A process the
+    /// server does not count that still maps it keeps an unlinked file, which writes no
+    /// longer reach.
     pub(super) fn remove_backing(&mut self, ino: u64) -> Settled {
-        let Some(b) = self.open_backing(ino) else {
-            return Settled::Done;
-        };
-        if !fill_lock(&b.file) {
-            return Settled::Busy;
+        if let Some(id) = self.side_files {
+            let d = self.read_inode(ino);
+            if !d.is_free() {
+                let _ = std::fs::remove_file(sidefiles::map_file(id, ino, d.generation));
+            }
         }
-        let _ = std::fs::remove_file(&b.name);
         Settled::Done
     }
 
@@ -225,9 +280,9 @@ impl Server {
             return Settled::Done;
         }
         if b.current {
-            if !fill_lock(&b.file) {
+            let Some(_held) = self.take_fill_lock(ino, &b.name) else {
                 return Settled::Busy;
-            }
+            };
             if !self.write_back_or_unmark(&b) {
                 // Left, unmarked: a later mapping starts from the file again.
                 return Settled::Done;

@@ -155,6 +155,11 @@ impl Server {
         let what = "write commit names a page it does not own";
         self.take_reserved(client, data_pages.clone(), what)?;
         let committed = self.commit_pages(h, &d, pages, end, check);
+        if committed.is_ok() && self.shared.mapped.contains(h.ino) {
+            // A write-back of this file's mappings waits until its copy has had time to
+            // reach the backing file (`backing.rs`'s `take_fill_lock`).
+            self.mapped_writes.insert(h.ino, std::time::Instant::now());
+        }
         if committed.is_err() {
             self.reservations
                 .entry(client)

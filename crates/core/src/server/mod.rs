@@ -99,6 +99,12 @@ pub struct Server {
     /// Backing files whose write-back waits for a write in flight, since when
     /// (`backing.rs`'s `retry_backing`).
     backing_retry: FastMap<u64, (std::time::Instant, backing::Pending)>,
+    /// Backing files whose fill-lock gate a waiting write-back holds (`backing.rs`).
+    gates: FastMap<u64, std::fs::File>,
+    /// Set by the daemon, whose loop retries waiting write-backs at once.
+    retries_driven: bool,
+    /// When each file some process maps was last written by a client (`backing.rs`).
+    mapped_writes: FastMap<u64, std::time::Instant>,
 }
 
 impl Server {
@@ -138,6 +144,9 @@ impl Server {
             side_files: None,
             backing_errors: Vec::new(),
             backing_retry: FastMap::default(),
+            gates: FastMap::default(),
+            retries_driven: false,
+            mapped_writes: FastMap::default(),
         }
     }
 
