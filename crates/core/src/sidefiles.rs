@@ -62,8 +62,10 @@ pub const MAP_CURRENT: u32 = libc::S_ISVTX;
 
 /// The mode bit of a mapping file whose first mapper finished filling it from the file (set
 /// with `MAP_CURRENT`, never cleared but by a refill): one without it was left half filled
-/// by a process that died filling it, and no mapping may join it.
-pub const MAP_FILLED: u32 = libc::S_ISUID;
+/// by a process that died filling it, and no mapping may join it. The owner's execute bit:
+/// the kernel clears set-user-ID (tried first) at every write by a process without
+/// CAP_FSETID.
+pub const MAP_FILLED: u32 = libc::S_IXUSR;
 
 /// `mode` without `MAP_CURRENT`: a mapping file no longer to be written back.
 pub fn unmarked(mode: u32) -> u32 {

@@ -128,9 +128,9 @@ fn mapped_stores_of_a_client_that_died_reach_the_file() {
          {exe} {m} waited waited 200; \
          {exe} {m} truncated cut -; {exe} {m} untruncated cut -; \
          {exe} {m} unseen unseen 100; {exe} {m} sigchld sigchld 500; \
-         {exe} {m} resize resize 5000"
+         {exe} {m} resize resize 5000; {exe} {m} nofsetid nofsetid -"
     ));
-    assert_eq!(out.matches("MAPDEATH-OK").count(), 8, "{out}");
+    assert_eq!(out.matches("MAPDEATH-OK").count(), 9, "{out}");
     let id = sidefiles::pool_id(&std::fs::canonicalize(&p.pool).unwrap());
     let left = sidefiles::map_files_of(id);
     assert!(left.is_empty(), "backing files left: {left:?}");

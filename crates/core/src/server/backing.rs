@@ -36,6 +36,10 @@ const WAIT_FOR_WRITERS: std::time::Duration = std::time::Duration::from_secs(1);
 /// older store.
 const AFTER_A_WRITE: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// How long a kept gate makes `AFTER_A_WRITE` unneeded: new writers queue behind it, so
+/// later writes come only from mappings written back, not from writes to copy.
+const GATE_LONG_ENOUGH: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Where the shim's fill lock lies in a backing file (`mmap.rs`'s `FillLock::AT`), and the
 /// gate byte every taker passes (`FillLock::GATE`).
 const FILL_LOCK_AT: i64 = 1 << 62;
@@ -98,8 +102,8 @@ impl Server {
     /// writer of this very process would wait at the gate for good), so that new writers
     /// queue behind it and the ones in flight drain.
     fn take_fill_lock(&mut self, ino: u64, name: &str) -> Option<File> {
-        let gate = match self.gates.remove(&ino) {
-            Some(g) => g,
+        let (gate, since) = match self.gates.remove(&ino) {
+            Some(kept) => kept,
             None => {
                 // A description of its own: the caller's holds the file's flock, which a
                 // kept gate must not keep after the caller is done.
@@ -112,18 +116,22 @@ impl Server {
                 if !try_lock(&g, FILL_GATE) {
                     return None;
                 }
-                g
+                (g, std::time::Instant::now())
             }
         };
-        let settled = self
-            .mapped_writes
-            .get(&ino)
-            .is_none_or(|t| t.elapsed() >= AFTER_A_WRITE);
+        // Quiet for `AFTER_A_WRITE`, or the gate kept long enough that every write begun
+        // before it has copied its bytes: writes since (a live mapping's `msync`, whose
+        // bytes come from the backing file itself) need no wait.
+        let settled = since.elapsed() >= GATE_LONG_ENOUGH
+            || self
+                .mapped_writes
+                .get(&ino)
+                .is_none_or(|t| t.elapsed() >= AFTER_A_WRITE);
         if settled && try_lock(&gate, FILL_LOCK_AT) {
             return Some(gate);
         }
         if self.retries_driven {
-            self.gates.insert(ino, gate);
+            self.gates.insert(ino, (gate, since));
         }
         None
     }

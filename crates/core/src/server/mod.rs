@@ -100,7 +100,7 @@ pub struct Server {
     /// (`backing.rs`'s `retry_backing`).
     backing_retry: FastMap<u64, (std::time::Instant, backing::Pending)>,
     /// Backing files whose fill-lock gate a waiting write-back holds (`backing.rs`).
-    gates: FastMap<u64, std::fs::File>,
+    gates: FastMap<u64, (std::fs::File, std::time::Instant)>,
     /// Set by the daemon, whose loop retries waiting write-backs at once.
     retries_driven: bool,
     /// When each file some process maps was last written by a client (`backing.rs`).

@@ -17,6 +17,9 @@
  *                                           SIGCHLD handler reaps them with waitpid
  *   mapdeath PREFIX resize NAME ROUNDS      threads grow the mapped file and write it at
  *                                           once; the mapping must show the write
+ *   mapdeath PREFIX nofsetid NAME -         without CAP_FSETID (the kernel then clears a
+ *                                           file's set-user-ID at every write): map, write,
+ *                                           and map again
  *   mapdeath PREFIX check NAME MS           wait up to MS ms for the stores, then check
  * The file is 3 pages and 100 bytes; the mapping covers 4 pages, and a store past the end
  * of file must not become file data (Linux drops it too). Prints MAPDEATH-OK. */
@@ -29,7 +32,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <linux/capability.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -252,6 +257,30 @@ int main(int argc, char **argv) {
             close(fd);
         }
         printf("MAPDEATH-OK resize\n");
+        return 0;
+    }
+    if (strcmp(argv[2], "nofsetid") == 0) {
+        /* As an ordinary user runs: writes into the backing file must leave the marks a
+         * later mapping checks. */
+        struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct caps[2];
+        CHECK(syscall(SYS_capget, &hdr, caps) == 0);
+        caps[0].effective &= ~(1u << CAP_FSETID);
+        caps[0].permitted &= ~(1u << CAP_FSETID);
+        caps[0].inheritable &= ~(1u << CAP_FSETID);
+        CHECK(syscall(SYS_capset, &hdr, caps) == 0);
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0 && ftruncate(fd, 2 * PG) == 0);
+        char *p = mmap(NULL, 2 * PG, PROT_READ, MAP_SHARED, fd, 0);
+        CHECK(p != MAP_FAILED);
+        CHECK(pwrite(fd, "written", 7, PG) == 7);
+        CHECK(memcmp(p + PG, "written", 7) == 0);
+        char *q = mmap(NULL, 2 * PG, PROT_READ, MAP_SHARED, fd, 0);
+        CHECK(q != MAP_FAILED);
+        CHECK(memcmp(q + PG, "written", 7) == 0);
+        CHECK(munmap(p, 2 * PG) == 0 && munmap(q, 2 * PG) == 0);
+        close(fd);
+        printf("MAPDEATH-OK nofsetid\n");
         return 0;
     }
     CHECK(strcmp(argv[2], "check") == 0);
