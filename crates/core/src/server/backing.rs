@@ -65,15 +65,6 @@ fn unmark(file: &File) {
     }
 }
 
-/// What a backing file waits to have done (`retry_backing`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Pending {
-    /// Removed: no mapping is left and none died.
-    Remove,
-    /// Written back (if a mapping died) and removed, or written back while others map it.
-    Settle,
-}
-
 /// How a look at a backing file ended.
 #[derive(PartialEq, Eq)]
 pub(super) enum Settled {
@@ -152,7 +143,7 @@ impl Server {
                 && self.settle_backing(ino) == Settled::Busy
             {
                 // A process of an earlier server still writing: looked at again.
-                self.retry_later(ino, Pending::Settle);
+                self.retry_later(ino);
             }
         }
     }
@@ -188,19 +179,17 @@ impl Server {
     /// No counted mapping of `ino` is left: with `died`, one of their processes died since
     /// the count was last zero (`settle_backing`); without, remove the backing file
     /// (`remove_backing`). The mapped bit is cleared once done; while a write in flight
-    /// holds the file, both wait (`retry_backing`) with the bit set.
+    /// holds the file, a settle waits (`retry_backing`) with the bit set.
     pub(super) fn backing_unmapped(&mut self, ino: u64, died: bool) {
-        let (settled, pending) = match died {
-            true => (self.settle_backing(ino), Pending::Settle),
-            false => (self.remove_backing(ino), Pending::Remove),
-        };
-        match settled {
-            Settled::Done => {
-                self.mapped_writes.remove(&ino);
-                self.shared.mapped.set(ino, false);
-            }
-            Settled::Busy => self.retry_later(ino, pending),
+        if died && self.settle_backing(ino) == Settled::Busy {
+            self.retry_later(ino);
+            return;
         }
+        if !died {
+            self.remove_backing(ino);
+        }
+        self.mapped_writes.remove(&ino);
+        self.shared.mapped.set(ino, false);
     }
 
     /// Look again at the backing files whose write-back found a write in flight, while the
@@ -208,42 +197,37 @@ impl Server {
     /// `WAIT_FOR_WRITERS`: the file is then unmarked, and the dead process's stores lost.
     pub fn retry_backing(&mut self) {
         let now = std::time::Instant::now();
-        let waiting: Vec<(u64, (std::time::Instant, Pending))> =
-            self.backing_retry.drain().collect();
-        for (ino, (since, pending)) in waiting {
+        let waiting: Vec<(u64, std::time::Instant)> = self.backing_retry.drain().collect();
+        for (ino, since) in waiting {
             let counted = self.mappings_of(ino) > 0;
-            let settled = match (pending, counted) {
-                // Mapped again meanwhile: the file is in use.
-                (Pending::Remove, true) => Settled::Done,
-                (Pending::Remove, false) => self.remove_backing(ino),
-                (_, true) => self.write_back_dead_stores(ino),
-                (_, false) => self.settle_backing(ino),
+            let settled = match counted {
+                true => self.write_back_dead_stores(ino),
+                false => self.settle_backing(ino),
             };
             if settled == Settled::Done {
                 self.gates.remove(&ino);
-                self.mapped_writes.remove(&ino);
                 if !counted {
+                    self.mapped_writes.remove(&ino);
                     self.shared.mapped.set(ino, false);
                 }
             } else if now.duration_since(since) > WAIT_FOR_WRITERS {
                 self.gates.remove(&ino);
                 if let Some(b) = self.open_backing(ino) {
                     unmark(&b.file);
-                    if pending == Pending::Settle {
-                        self.backing_errors.push(format!(
-                            "{} is not written back: writes to the file went on for {:?}",
-                            b.name, WAIT_FOR_WRITERS
-                        ));
-                    }
+                    self.backing_errors.push(format!(
+                        "{} is not written back: writes to the file went on for {:?}",
+                        b.name, WAIT_FOR_WRITERS
+                    ));
                     if !counted {
                         let _ = std::fs::remove_file(&b.name);
                     }
                 }
                 if !counted {
+                    self.mapped_writes.remove(&ino);
                     self.shared.mapped.set(ino, false);
                 }
             } else {
-                self.backing_retry.insert(ino, (since, pending));
+                self.backing_retry.insert(ino, since);
             }
         }
     }
@@ -253,11 +237,11 @@ impl Server {
         !self.backing_retry.is_empty()
     }
 
-    /// Note that `ino`'s backing file waits for `retry_backing`, to do `pending`.
-    pub(super) fn retry_later(&mut self, ino: u64, pending: Pending) {
+    /// Note that `ino`'s backing file waits for `retry_backing`.
+    pub(super) fn retry_later(&mut self, ino: u64) {
         self.backing_retry
             .entry(ino)
-            .or_insert_with(|| (std::time::Instant::now(), pending));
+            .or_insert_with(std::time::Instant::now);
     }
 
     /// No counted mapping of `ino` is left, and none of their processes died: remove its
@@ -265,14 +249,13 @@ impl Server {
     /// file instead when it finds it removed (`mmap.rs`'s `written_held`). A process the
     /// server does not count that still maps it keeps an unlinked file, which writes no
     /// longer reach.
-    pub(super) fn remove_backing(&mut self, ino: u64) -> Settled {
+    fn remove_backing(&self, ino: u64) {
         if let Some(id) = self.side_files {
             let d = self.read_inode(ino);
             if !d.is_free() {
                 let _ = std::fs::remove_file(sidefiles::map_file(id, ino, d.generation));
             }
         }
-        Settled::Done
     }
 
     /// No counted mapping of `ino` is left, and one of their processes died: write back
@@ -419,16 +402,7 @@ impl Server {
         changed: &[(u64, usize)],
         bytes: &[u8],
     ) -> Result<()> {
-        let mut pages = Vec::with_capacity(changed.len());
-        while pages.len() < changed.len() {
-            let before = pages.len();
-            self.alloc
-                .alloc_data_pages((changed.len() - pages.len()) as u64, &mut pages);
-            if pages.len() == before && !self.make_room() {
-                self.release_data_pages(&pages);
-                return Err(Error::ENOSPC);
-            }
-        }
+        let pages = self.alloc_data(changed.len())?;
         for (&(_, i), &p) in changed.iter().zip(&pages) {
             let at = i * PAGE as usize;
             self.pool.copy_nt(p, &bytes[at..at + PAGE as usize]);
@@ -444,11 +418,5 @@ impl Server {
             self.release_data_pages(&pages);
         }
         r.map(drop)
-    }
-
-    fn release_data_pages(&mut self, pages: &[u64]) {
-        for &p in pages {
-            self.alloc.release_now(crate::alloc::Item::DataPage(p));
-        }
     }
 }

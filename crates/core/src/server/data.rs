@@ -77,9 +77,7 @@ impl Server {
             pages.iter().copied(),
             "page not reserved by this client",
         )?;
-        for p in pages {
-            self.alloc.release_now(Item::DataPage(*p));
-        }
+        self.release_data_pages(pages);
         Ok(Response::Done)
     }
 
@@ -475,6 +473,30 @@ impl Server {
         Ok(retired)
     }
 
+    /// `n` fresh data pages for the server's own writes, making room if need be (ENOSPC,
+    /// with none taken, if there is none). Not published: `release_data_pages` gives them
+    /// back at once if the commit fails.
+    pub(super) fn alloc_data(&mut self, n: usize) -> Result<Vec<u64>> {
+        let mut pages = Vec::with_capacity(n);
+        while pages.len() < n {
+            let before = pages.len();
+            self.alloc
+                .alloc_data_pages((n - pages.len()) as u64, &mut pages);
+            if pages.len() == before && !self.make_room() {
+                self.release_data_pages(&pages);
+                return Err(Error::ENOSPC);
+            }
+        }
+        Ok(pages)
+    }
+
+    /// Give back data pages taken by `alloc_data` and never published.
+    pub(super) fn release_data_pages(&mut self, pages: &[u64]) {
+        for &p in pages {
+            self.alloc.release_now(Item::DataPage(p));
+        }
+    }
+
     pub(super) fn fallocate(
         &mut self,
         h: Handle,
@@ -505,18 +527,7 @@ impl Server {
         if holes.len() as u64 > self.alloc.data.free() + self.alloc.pending() as u64 {
             return Err(Error::ENOSPC);
         }
-        let mut pages = Vec::new();
-        while (pages.len()) < holes.len() {
-            let before = pages.len();
-            self.alloc
-                .alloc_data_pages((holes.len() - pages.len()) as u64, &mut pages);
-            if pages.len() == before && !self.make_room() {
-                for p in pages {
-                    self.alloc.release_now(Item::DataPage(p));
-                }
-                return Err(Error::ENOSPC);
-            }
-        }
+        let pages = self.alloc_data(holes.len())?;
         for &p in &pages {
             self.pool.zero_nt(p, PAGE);
         }
@@ -528,9 +539,7 @@ impl Server {
         let mut out = Vec::new();
         let mut plan = index::Plan::default();
         if let Err(e) = self.plan_index(&d, &updates, &mut plan) {
-            for p in pages {
-                self.alloc.release_now(Item::DataPage(p));
-            }
+            self.release_data_pages(&pages);
             return Err(e);
         }
         self.push_plan(h.ino, &d, &mut plan, &mut out);
@@ -546,9 +555,7 @@ impl Server {
         }
         if let Err(e) = self.commit(&out, &[h.ino]) {
             self.release_nodes(&plan.new_nodes);
-            for p in pages {
-                self.alloc.release_now(Item::DataPage(p));
-            }
+            self.release_data_pages(&pages);
             return Err(e);
         }
         Ok(Response::Done)

@@ -1,7 +1,7 @@
 //! Shared mappings: how many each client holds of each inode (`Request::Mapped`), and the
 //! bit per inode (`MappedSet`) that tells every client's writes to update the mappings.
 
-use super::backing::{Pending, Settled};
+use super::backing::Settled;
 use super::{ClientId, Server};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
@@ -107,7 +107,7 @@ impl Server {
                 if self.mappings.total.contains_key(&ino)
                     && self.write_back_dead_stores(ino) == Settled::Busy
                 {
-                    self.retry_later(ino, Pending::Settle);
+                    self.retry_later(ino);
                 }
             }
         }

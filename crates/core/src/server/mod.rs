@@ -98,7 +98,7 @@ pub struct Server {
     backing_errors: Vec<String>,
     /// Backing files whose write-back waits for a write in flight, since when
     /// (`backing.rs`'s `retry_backing`).
-    backing_retry: FastMap<u64, (std::time::Instant, backing::Pending)>,
+    backing_retry: FastMap<u64, std::time::Instant>,
     /// Backing files whose fill-lock gate a waiting write-back holds (`backing.rs`).
     gates: FastMap<u64, (std::fs::File, std::time::Instant)>,
     /// Set by the daemon, whose loop retries waiting write-backs at once.
