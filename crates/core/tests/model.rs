@@ -2375,6 +2375,28 @@ pub fn regression_cases() -> Vec<Case> {
             ],
         },
         Case {
+            name: "bug_creat_symlink_chain_counts_all_links",
+            bug: Some(
+                "open(O_CREAT) through a symlink counted the links of the path, of the chain and \
+                 inside each target separately (40 each), where Linux's limit of 40 is for the \
+                 whole resolution: a link to \"/b\"x40 with \"/b\" -> \"/\" gave EISDIR \
+                 (Linux: ELOOP), and \"/l\"x40 + \"/s\" created s's target",
+            ),
+            ops: vec![
+                symlink("/", "/b"),
+                symlink(&"/b".repeat(40), "/a40"),
+                symlink(&"/b".repeat(39), "/a39"),
+                create("/a40"),
+                create("/a39"),
+                symlink(".", "/l"),
+                symlink("t", "/s"),
+                create(&("/l".repeat(40) + "/s")),
+                stat("/t"),
+                create(&("/l".repeat(39) + "/s")),
+                stat("/t"),
+            ],
+        },
+        Case {
             name: "bug_rename_file_onto_ancestor",
             bug: Some(
                 "rename(\"/a/f\", \"/a\") gives EISDIR (Linux: ENOTEMPTY, the target is an ancestor)",
@@ -2530,6 +2552,11 @@ fn run_case(name: &str) {
                 .unwrap_or_default()
         );
     }
+}
+
+#[test]
+fn bug_creat_symlink_chain_counts_all_links() {
+    run_case("bug_creat_symlink_chain_counts_all_links");
 }
 
 #[test]

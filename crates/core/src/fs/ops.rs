@@ -80,7 +80,7 @@ impl Fs {
                     if opts.nofollow {
                         return Err(symlink_not_followed(&opts));
                     }
-                    self.open_symlink_target(p.dir, &name, &opts)?
+                    self.open_symlink_target(dir, path, &opts)?
                 }
                 Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
                 Some(found) => found,
@@ -107,9 +107,7 @@ impl Fs {
                             return Err(symlink_not_followed(&opts));
                         }
                         // The name went with the request: resolve it again (a rare race).
-                        let p = self.resolve_parent(dir, path)?;
-                        let name = p.name.ok_or(Error::ENOENT)?;
-                        self.open_symlink_target(p.dir, &name, &opts)?
+                        self.open_symlink_target(dir, path, &opts)?
                     } else {
                         (h, d)
                     }
@@ -137,22 +135,31 @@ impl Fs {
         File::new(self.clone(), h, opts)
     }
 
-    /// O_CREAT through a symlink: follow the chain of links (ELOOP after 40) to a final
-    /// name, open it if it exists (EISDIR for a directory), else create it, as Linux does.
-    /// A link whose target ends with a slash names a directory: EISDIR.
+    /// O_CREAT through a symlink: follow the chain of links to a final name, open it if it
+    /// exists (EISDIR for a directory), else create it, as Linux does. A link whose target
+    /// ends with a slash names a directory: EISDIR. The path is walked again with its links
+    /// counted: Linux's limit of 40 covers the whole resolution, the links in the path, the
+    /// chain and the links inside the chain's targets.
     fn open_symlink_target(
         &self,
-        dir: Handle,
-        name: &[u8],
+        base: Option<Handle>,
+        path: &[u8],
         opts: &OpenOptions,
     ) -> Result<(Handle, crate::inode::InodeData)> {
-        let (mut dir, mut name) = (dir, name.to_vec());
-        for _ in 0..=40 {
+        let mut links = 0;
+        let p = self.resolve_parent_counting(base, path, &mut links)?;
+        let name = p.name.ok_or(Error::EISDIR)?;
+        let (mut dir, mut name) = (p.dir, name.into_owned());
+        loop {
             match self.lookup_child(dir.ino, &name)? {
                 Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
                 Some((h, d)) if d.is_symlink() => {
+                    links += 1;
+                    if links > super::path::MAX_SYMLINKS {
+                        return Err(Error::ELOOP);
+                    }
                     let target = self.read_link_target(h)?;
-                    let p = self.resolve_parent(Some(dir), &target)?;
+                    let p = self.resolve_parent_counting(Some(dir), &target, &mut links)?;
                     let Some(n) = p.name else {
                         return Err(Error::EISDIR);
                     };
@@ -174,7 +181,6 @@ impl Fs {
                 }
             }
         }
-        Err(Error::ELOOP)
     }
 
     pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {

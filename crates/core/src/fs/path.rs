@@ -193,6 +193,23 @@ impl Fs {
         }
     }
 
+    /// `resolve_parent` past the caches, adding the symlinks it follows to `links` (ELOOP
+    /// past 40 in all): for O_CREAT through a chain of symlinks, whose links and the links
+    /// inside their targets count toward one limit, as in Linux.
+    pub(crate) fn resolve_parent_counting<'p>(
+        &self,
+        base: Option<Handle>,
+        path: &'p [u8],
+        links: &mut u32,
+    ) -> Result<Parent<'p>> {
+        let deps = &mut cache::Deps::new();
+        match self.walk_uncached(base, path, Want::Parent, self.stay_inside, deps, links)? {
+            Walked::Parent(p) => Ok(p),
+            Walked::Leaves => Err(Error::with_msg(libc::EXDEV, LEAVES_POOL)),
+            Walked::Object(..) => unreachable!("a parent walk ends at a parent"),
+        }
+    }
+
     /// Resolve a whole path; `follow` decides whether a symlink as the last component is
     /// followed (a trailing slash always follows).
     #[inline]

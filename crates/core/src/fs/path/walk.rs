@@ -313,7 +313,7 @@ impl Fs {
             if let Some(p) = self.cached_parent(base, path, stay_inside) {
                 return Ok(p);
             }
-            return self.walk_uncached(base, path, want, stay_inside, &mut Deps::new());
+            return self.walk_uncached(base, path, want, stay_inside, &mut Deps::new(), &mut 0);
         };
         let query = Query {
             base: Base::of(base),
@@ -321,7 +321,7 @@ impl Fs {
             stay_inside,
         };
         let mut deps = Deps::new();
-        let w = self.walk_uncached(base, path, want, stay_inside, &mut deps)?;
+        let w = self.walk_uncached(base, path, want, stay_inside, &mut deps, &mut 0)?;
         if let Walked::Object(h, _) = &w {
             self.cache_walk(query, path, deps, At::of(*h));
         }
@@ -376,13 +376,16 @@ impl Fs {
         }
     }
 
-    fn walk_uncached<'p>(
+    /// The walk itself; `links` counts the symlinks followed, from what the caller already
+    /// followed (Linux's limit of 40 is for a whole resolution, links inside links too).
+    pub(super) fn walk_uncached<'p>(
         &self,
         base: Option<Handle>,
         path: &'p [u8],
         want: Want,
         stay_inside: bool,
         deps: &mut Deps,
+        links: &mut u32,
     ) -> Result<Walked<'p>> {
         if path.is_empty() {
             return Err(Error::ENOENT);
@@ -404,7 +407,6 @@ impl Fs {
         // The directory holding `cur` (where a relative symlink's target starts) and the
         // component looked up there, to redo the lookup if `cur` turns out stale.
         let mut from: Option<(At, Range<usize>)> = None;
-        let mut links = 0u32;
         // Lookups redone because the inode found was gone: a race with an unlink ends after
         // one or two, so this many means an entry that names a free inode in a damaged pool
         // (which would otherwise be looked up again forever).
@@ -509,8 +511,8 @@ impl Fs {
                 pos = c.start;
                 continue;
             };
-            links += 1;
-            if links > MAX_SYMLINKS {
+            *links += 1;
+            if *links > MAX_SYMLINKS {
                 return Err(Error::ELOOP);
             }
             if target[0] == b'/' {
