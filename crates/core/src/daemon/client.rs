@@ -110,12 +110,8 @@ impl Remote {
         self.common.seqs()
     }
 
-    pub fn mapped(&self) -> crate::inode_bits::InodeBits {
+    pub fn mapped(&self) -> crate::mapped::MappedSet {
         self.common.mapped()
-    }
-
-    pub fn several_writers(&self) -> crate::inode_bits::InodeBits {
-        self.common.several_writers()
     }
 
     /// The descriptor and mapping of the server's region (tests check that a client can

@@ -413,7 +413,7 @@ impl Server {
             .zip(&pages)
             .map(|(&(pg, _), &p)| (pg, p))
             .collect();
-        let r = self.commit_pages(h, d, &updates, d.size);
+        let r = self.commit_pages(h, d, &updates, d.size, None);
         if r.is_err() {
             self.release_data_pages(&pages);
         }

@@ -106,7 +106,6 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
                 old_pages: vec![1],
                 size_seen: 0,
                 start: 0,
-                in_place: Vec::new(),
             }),
         },
         Request::Unreserve {
@@ -221,7 +220,6 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
         old_pages: vec![old],
         size_seen: 5000,
         start: 0,
-        in_place: Vec::new(),
     };
     // 1. A commit for a file this client has not opened at all.
     let r = send(&fs, &commit(vec![(0, page)], 4096, None));
@@ -276,7 +274,6 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
         old_pages: vec![0],
         size_seen: 5000,
         start: 5000,
-        in_place: Vec::new(),
     };
     let r = send(&fs, &commit(vec![(2, page)], 3 * 4096, Some(wide)));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
@@ -284,7 +281,6 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
         old_pages: vec![],
         size_seen: 5000,
         start: 1 << 20,
-        in_place: Vec::new(),
     };
     let r = send(&fs, &commit(vec![], 1 << 20, Some(empty)));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
@@ -295,7 +291,6 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
             old_pages: vec![],
             size_seen: 5000,
             start,
-            in_place: Vec::new(),
         };
         let r = send(&fs, &commit(vec![(0, page)], end, Some(partial)));
         unchanged(&fs, "/f", &before, r, libc::EINVAL);
