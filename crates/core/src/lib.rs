@@ -7,8 +7,8 @@ pub mod error;
 pub(crate) mod fasthash;
 pub mod index;
 pub mod inode;
+pub mod inode_bits;
 pub mod layout;
-pub mod mapped;
 pub mod oplog;
 pub mod perm;
 

@@ -40,6 +40,10 @@ pub struct WriteCheck {
     pub size_seen: u64,
     /// Where the write starts; the server zeroes the gap from the end of file to here.
     pub start: u64,
+    /// (page number, data page) of the file's pages the write filled in place, beyond the
+    /// end of file, page numbers ascending: the client alone held the file open for writing
+    /// (`Shared::several_writers`). The commit stands only if they are still the file's.
+    pub in_place: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

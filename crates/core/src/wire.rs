@@ -134,7 +134,14 @@ pub fn encode_commit_write(
     w: &mut Writer,
 ) {
     w.0.reserve(
-        1 + 12 + 4 + pages.len() * 16 + 8 + 1 + check.map_or(0, |c| 4 + c.old_pages.len() * 8 + 16),
+        1 + 12
+            + 4
+            + pages.len() * 16
+            + 8
+            + 1
+            + check.map_or(0, |c| {
+                4 + c.old_pages.len() * 8 + 16 + 4 + c.in_place.len() * 16
+            }),
     );
     w.u8(11);
     w.handle(target);
@@ -151,6 +158,11 @@ pub fn encode_commit_write(
             w.words(&c.old_pages);
             w.u64(c.size_seen);
             w.u64(c.start);
+            w.u32(c.in_place.len() as u32);
+            for &(a, b) in &c.in_place {
+                w.u64(a);
+                w.u64(b);
+            }
         }
     }
 }
@@ -360,6 +372,7 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
                     old_pages: r.words()?,
                     size_seen: r.u64()?,
                     start: r.u64()?,
+                    in_place: r.pairs()?,
                 }),
                 _ => return Err(bad()),
             };
@@ -551,6 +564,7 @@ mod tests {
                     old_pages: vec![0, 8],
                     size_seen: 5,
                     start: 1,
+                    in_place: vec![(7, 16)],
                 }),
             },
             Request::Unreserve {

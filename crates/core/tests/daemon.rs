@@ -6,6 +6,8 @@ mod common;
 mod forged;
 #[path = "daemon/idle.rs"]
 mod idle;
+#[path = "daemon/in_place.rs"]
+mod in_place;
 #[path = "daemon/isolation.rs"]
 mod isolation;
 #[path = "daemon/killed.rs"]

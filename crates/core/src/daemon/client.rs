@@ -110,8 +110,12 @@ impl Remote {
         self.common.seqs()
     }
 
-    pub fn mapped(&self) -> crate::mapped::MappedSet {
+    pub fn mapped(&self) -> crate::inode_bits::InodeBits {
         self.common.mapped()
+    }
+
+    pub fn several_writers(&self) -> crate::inode_bits::InodeBits {
+        self.common.several_writers()
     }
 
     /// The descriptor and mapping of the server's region (tests check that a client can

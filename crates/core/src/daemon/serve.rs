@@ -249,6 +249,7 @@ fn run(
         epochs: Epochs::shared(common.global_epoch(), area.epoch_groups(), shm::MAX_CLIENTS),
         seqs: common.seqs(),
         mapped: common.mapped(),
+        several_writers: common.several_writers(),
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     server.drive_backing_retries();

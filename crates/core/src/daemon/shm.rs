@@ -3,7 +3,8 @@
 //!
 //! - The **common region** (one memfd made by the server): a header (magic, inode count,
 //!   the server's `sleeping` flag, the global epoch), the per-inode sequence counters and
-//!   the bit per inode that says some client maps it shared (`crate::mapped`).
+//!   the bits per inode that say some client maps it shared and that several clients
+//!   hold it open for writing (`crate::inode_bits`).
 //!   Only the server writes it. Once the server has mapped it, the memfd is sealed against
 //!   new writable mappings, writes and resizing (`F_SEAL_FUTURE_WRITE`), so a client can map
 //!   it read-only and nothing else: a store into it faults in the client.
@@ -18,14 +19,15 @@
 //! epochs only hold reclamation back.
 
 use crate::epoch::{Atomics, SeqTable};
-use crate::mapped::MappedSet;
+use crate::inode_bits::InodeBits;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Its last byte is the layout's version (3: the mapped bits after the counters).
-const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM3");
+/// Its last byte is the layout's version (4: the mapped bits after the counters, then the
+/// several-writers bits).
+const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM4");
 /// The client region's layout version is its last byte: a client and a daemon of builds
 /// with different slot layouts must refuse each other, not wait for replies in the wrong
 /// place (2: request and reply blocks split by writer).
@@ -146,8 +148,18 @@ fn mapped_off(inodes: usize) -> usize {
     C_SEQS + (inodes * 8).div_ceil(PAGE) * PAGE
 }
 
+/// The length of one set of bits per inode, whole pages.
+fn bits_len(inodes: usize) -> usize {
+    (InodeBits::words(inodes as u64) * 8).div_ceil(PAGE) * PAGE
+}
+
+/// Where the several-writers bits start: after the mapped bits.
+fn writers_off(inodes: usize) -> usize {
+    mapped_off(inodes) + bits_len(inodes)
+}
+
 fn common_len(inodes: usize) -> usize {
-    mapped_off(inodes) + (MappedSet::words(inodes as u64) * 8).div_ceil(PAGE) * PAGE
+    writers_off(inodes) + bits_len(inodes)
 }
 
 /// The common region: read/write in the server, read-only in clients.
@@ -229,9 +241,14 @@ impl Common {
         SeqTable::shared(self.atomics(C_SEQS, self.inodes))
     }
 
-    pub fn mapped(&self) -> MappedSet {
-        let words = MappedSet::words(self.inodes as u64);
-        MappedSet::shared(self.atomics(mapped_off(self.inodes), words))
+    pub fn mapped(&self) -> InodeBits {
+        let words = InodeBits::words(self.inodes as u64);
+        InodeBits::shared(self.atomics(mapped_off(self.inodes), words))
+    }
+
+    pub fn several_writers(&self) -> InodeBits {
+        let words = InodeBits::words(self.inodes as u64);
+        InodeBits::shared(self.atomics(writers_off(self.inodes), words))
     }
 
     /// Set while the server sleeps: a client that posts a request then rings its doorbell.

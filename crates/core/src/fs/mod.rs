@@ -19,8 +19,8 @@ use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
 use crate::inode::{self, InodeData};
+use crate::inode_bits::InodeBits;
 use crate::layout::{Geometry, Superblock};
-use crate::mapped::MappedSet;
 use crate::perm::Creds;
 use crate::range_lock::RangeLock;
 use crate::recovery;
@@ -144,7 +144,8 @@ impl Fs {
         let shared = Arc::new(Shared {
             epochs: Epochs::new(EPOCH_SLOTS),
             seqs: SeqTable::new(geo.inode_count),
-            mapped: MappedSet::new(geo.inode_count),
+            mapped: InodeBits::new(geo.inode_count),
+            several_writers: InodeBits::new(geo.inode_count),
         });
         let info = MountInfo {
             media: pool.media(),
@@ -190,6 +191,7 @@ impl Fs {
             epochs: remote.epochs(),
             seqs: remote.seqs(),
             mapped: remote.mapped(),
+            several_writers: remote.several_writers(),
         });
         let info = MountInfo {
             media: pool.media(),

@@ -413,7 +413,7 @@ impl Server {
             .zip(&pages)
             .map(|(&(pg, _), &p)| (pg, p))
             .collect();
-        let r = self.commit_pages(h, d, &updates, d.size, None);
+        let r = self.commit_pages(h, d, &updates, d.size);
         if r.is_err() {
             self.release_data_pages(&pages);
         }

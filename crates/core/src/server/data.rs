@@ -20,6 +20,25 @@ pub(super) struct Scratch {
     items: Vec<Item>,
 }
 
+/// Two lists of (page number, data page), each ascending and naming no page number the
+/// other does, as one ascending list.
+fn merge_updates(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut all = Vec::with_capacity(a.len() + b.len());
+    all.extend_from_slice(a);
+    all.extend_from_slice(b);
+    all.sort_unstable_by_key(|u| u.0);
+    all
+}
+
+/// What a staged change retires once committed, and gives back if its commit fails (data
+/// pages and index nodes it took).
+#[derive(Default)]
+struct Staged {
+    retired: Vec<Item>,
+    fresh: Vec<u64>,
+    new_nodes: Vec<u64>,
+}
+
 /// Most pages one reservation request hands out.
 const MAX_RESERVE: u64 = 4096;
 
@@ -152,7 +171,10 @@ impl Server {
         let data_pages = pages.iter().map(|p| p.1);
         let what = "write commit names a page it does not own";
         self.take_reserved(client, data_pages.clone(), what)?;
-        let committed = self.commit_pages(h, &d, pages, end, check);
+        let committed = match check {
+            Some(c) => self.commit_checked(client, h, &d, pages, end, c),
+            None => self.commit_pages(h, &d, pages, end),
+        };
         if committed.is_ok() && self.shared.mapped.contains(h.ino) {
             // A write-back of this file's mappings waits until its copy has had time to
             // reach the backing file (`backing.rs`'s `take_fill_lock`).
@@ -175,12 +197,43 @@ impl Server {
         d: &InodeData,
         pages: &[(u64, u64)],
         end: u64,
-        check: Option<&WriteCheck>,
     ) -> Result<Response> {
-        self.check_end(d, pages, end, check)?;
-        if let Some(c) = check {
-            self.check_write(d, pages, end, c)?;
+        self.check_end(d, pages, end, None)?;
+        self.map_pages(h, d, pages, end)
+    }
+
+    /// `commit_pages` of a write checked against what `client` saw (another process may
+    /// write the file).
+    fn commit_checked(
+        &mut self,
+        client: ClientId,
+        h: Handle,
+        d: &InodeData,
+        pages: &[(u64, u64)],
+        end: u64,
+        c: &WriteCheck,
+    ) -> Result<Response> {
+        self.check_end(d, pages, end, Some(c))?;
+        let replaced = self.check_write(client, h.ino, d, pages, end, c)?;
+        if replaced.is_empty() {
+            return self.map_pages(h, d, pages, end);
         }
+        // Pages of the gap replaced rather than zeroed in place go in with the client's.
+        let r = self.map_pages(h, d, &merge_updates(pages, &replaced), end);
+        if r.is_err() {
+            self.release_data_pages(&replaced.iter().map(|r| r.1).collect::<Vec<_>>());
+        }
+        r
+    }
+
+    /// The index, block count, size and times of a commit of `pages` (checked) up to `end`.
+    fn map_pages(
+        &mut self,
+        h: Handle,
+        d: &InodeData,
+        pages: &[(u64, u64)],
+        end: u64,
+    ) -> Result<Response> {
         // The lists a commit fills are kept from one commit to the next (an error drops
         // them: the next commit allocates anew).
         let Scratch {
@@ -234,9 +287,21 @@ impl Server {
                     return bad("its range is empty");
                 }
                 // Ascending and distinct: as many pages as the range has, none before it
-                // (none after it was checked above), is exactly the range.
+                // (none after it was checked above), is exactly the range. Pages written in
+                // place count too, each ascending, inside the range and not supplied.
                 let (first, last) = (c.start / PAGE, end.div_ceil(PAGE));
-                if supplied.len() as u64 != last - first
+                let mut prev = None;
+                for &(pg, _) in &c.in_place {
+                    if prev.is_some_and(|p| pg <= p)
+                        || pg < first
+                        || pg >= last
+                        || supplied.binary_search_by_key(&pg, |&(p, _)| p).is_ok()
+                    {
+                        return bad("its pages written in place are out of order or range");
+                    }
+                    prev = Some(pg);
+                }
+                if (supplied.len() + c.in_place.len()) as u64 != last - first
                     || supplied.first().is_some_and(|&(pg, _)| pg < first)
                 {
                     return bad("its pages do not cover the range it wrote");
@@ -260,11 +325,13 @@ impl Server {
     /// the write does not replace (they are beyond the end of file, so invisible).
     fn check_write(
         &mut self,
+        client: ClientId,
+        ino: u64,
         d: &InodeData,
         pages: &[(u64, u64)],
         end: u64,
         c: &WriteCheck,
-    ) -> Result<()> {
+    ) -> Result<Vec<(u64, u64)>> {
         // No old pages: the client copied no old byte (whole pages), so there is nothing
         // of them that another process could have changed since.
         let whole = c.start.is_multiple_of(PAGE) && end.is_multiple_of(PAGE);
@@ -282,6 +349,14 @@ impl Server {
                 ));
             }
         }
+        for &(pg, page) in &c.in_place {
+            if page == 0 || index::lookup(&self.pool, &self.geo, d.root, d.height, pg)? != page {
+                return Err(Error::with_msg(
+                    libc::EAGAIN,
+                    "pages changed by another process",
+                ));
+            }
+        }
         let touches_eof = c.start > c.size_seen || end > c.size_seen;
         if touches_eof && d.size != c.size_seen {
             return Err(Error::with_msg(
@@ -289,26 +364,74 @@ impl Server {
                 "size changed by another process",
             ));
         }
-        if c.start > d.size {
-            let pool = self.pool.clone();
-            index::for_each_page(
-                &pool,
-                &self.geo,
-                d.root,
-                d.height,
-                d.size / PAGE,
-                c.start.div_ceil(PAGE),
-                &mut |pg, page| {
-                    if pages.binary_search_by_key(&pg, |&(p, _)| p).is_err() {
-                        let from = (pg * PAGE).max(d.size);
-                        let to = ((pg + 1) * PAGE).min(c.start);
-                        pool.zero_nt(page + from - pg * PAGE, to - from);
-                    }
-                },
-            )?;
-            self.pool.fence();
+        if c.start <= d.size {
+            return Ok(Vec::new());
         }
-        Ok(())
+        // The gap, in pages the write does not supply (their copies hold zeros there). The
+        // pages it wrote in place are zeroed too: the gap ends where their stores begin. A
+        // client that wrote in place was alone in writing in place (`several_writers`): the
+        // gap is then zeroed in place.
+        let skip = |pg: u64| pages.binary_search_by_key(&pg, |&(p, _)| p).is_ok();
+        let in_place = !c.in_place.is_empty() || !self.others_write(client, ino);
+        let replaced = self.zero_beyond_eof(in_place, d, d.size, c.start, &skip)?;
+        self.pool.fence();
+        Ok(replaced)
+    }
+
+    /// Zero `[from, to)` in the pages the file (inode `d`) already has beyond its end of
+    /// file but those `skip` names: bytes that must read as zeros once the size grows.
+    /// `in_place` unless a client other than the one asking may be writing in place beyond
+    /// the end of file: one alone in holding the file open for writing does so without a
+    /// lock (architecture.md, "Writes from several processes"), and such a write, begun
+    /// before another opened the file, must not land in bytes this change makes visible.
+    /// Those pages are then replaced by fresh copies of what they hold before `from`,
+    /// returned as (page number, fresh page) for the commit to map (`release_data_pages`
+    /// if it fails); the write in place then fails its check and is redone. Not fenced.
+    fn zero_beyond_eof(
+        &mut self,
+        in_place: bool,
+        d: &InodeData,
+        from: u64,
+        to: u64,
+        skip: &dyn Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let pool = self.pool.clone();
+        let (first, last) = (from / PAGE, to.div_ceil(PAGE));
+        let mut old = Vec::new();
+        let (root, height) = (d.root, d.height);
+        index::for_each_page(
+            &pool,
+            &self.geo,
+            root,
+            height,
+            first,
+            last,
+            &mut |pg, page| {
+                if !skip(pg) {
+                    old.push((pg, page));
+                }
+            },
+        )?;
+        if in_place {
+            for &(pg, page) in &old {
+                let start = (pg * PAGE).max(from);
+                let end = ((pg + 1) * PAGE).min(to);
+                pool.zero_nt(page + start - pg * PAGE, end - start);
+            }
+            return Ok(Vec::new());
+        }
+        let fresh = self.alloc_data(old.len())?;
+        let mut buf = vec![0u8; PAGE as usize];
+        for (&(pg, page), &new) in old.iter().zip(&fresh) {
+            let keep = from.saturating_sub(pg * PAGE).min(PAGE) as usize;
+            pool.read(page, &mut buf[..keep]);
+            buf[keep..].fill(0);
+            pool.copy_nt(new, &buf);
+        }
+        Ok(old.iter().map(|o| o.0).zip(fresh).collect())
     }
 
     /// Plan an index update into `plan`, allocating (zeroed) nodes (`plan.new_nodes`, to
@@ -368,11 +491,17 @@ impl Server {
         }
     }
 
-    pub(super) fn setattr(&mut self, c: &Creds, h: Handle, a: SetAttr) -> Result<Response> {
+    pub(super) fn setattr(
+        &mut self,
+        client: ClientId,
+        c: &Creds,
+        h: Handle,
+        a: SetAttr,
+    ) -> Result<Response> {
         let d = self.inode(h)?;
         let now = self.now();
         let mut out = Vec::new();
-        let mut retired = Vec::new();
+        let mut staged = Staged::default();
         let mut mode = d.mode;
         if let Some(m) = a.mode {
             if !c.owns(&d) {
@@ -434,26 +563,33 @@ impl Server {
                 return Err(Error::EFBIG);
             }
             perm::check(c, &d, W)?;
-            retired = self.stage_truncate(h.ino, &d, size, &mut out)?;
+            staged = self.stage_truncate(client, h.ino, &d, size, &mut out)?;
             if a.mtime.is_none() {
                 out.push(self.set64(h.ino, field::MTIME, now as u64));
             }
         }
         out.push(self.set64(h.ino, field::CTIME, now as u64));
-        self.commit(&out, &[h.ino])?;
-        self.retire(&retired);
+        if let Err(e) = self.commit(&out, &[h.ino]) {
+            self.release_data_pages(&staged.fresh);
+            self.release_nodes(&staged.new_nodes);
+            return Err(e);
+        }
+        self.retire(&staged.retired);
         Ok(Response::Done)
     }
 
-    /// Stores that change the size to `size`, and what to retire after the commit.
+    /// Stores that change the size to `size` for `client`, what to retire after the commit
+    /// and what to give back if it fails.
     fn stage_truncate(
         &mut self,
+        client: ClientId,
         ino: u64,
         d: &InodeData,
         size: u64,
         out: &mut Vec<Entry>,
-    ) -> Result<Vec<Item>> {
+    ) -> Result<Staged> {
         let mut retired = Vec::new();
+        let (mut fresh, mut new_nodes) = (Vec::new(), Vec::new());
         if size < d.size {
             let mut plan =
                 index::plan_truncate(&self.pool, &self.geo, d.root, d.height, size.div_ceil(PAGE))?;
@@ -464,13 +600,29 @@ impl Server {
             retired.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
             retired.extend(plan.old_nodes.iter().map(|&p| Item::MetaPage(p)));
         } else if size > d.size {
-            zero_range_beyond_eof(&self.pool, &self.geo, d, d.size, size)?;
+            let in_place = !self.others_write(client, ino);
+            let replaced = self.zero_beyond_eof(in_place, d, d.size, size, &|_| false)?;
             self.pool.fence();
+            if !replaced.is_empty() {
+                fresh = replaced.iter().map(|r| r.1).collect();
+                let mut plan = index::Plan::default();
+                if let Err(e) = self.plan_index(d, &replaced, &mut plan) {
+                    self.release_data_pages(&fresh);
+                    return Err(e);
+                }
+                self.push_plan(ino, d, &mut plan, out);
+                retired.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
+                new_nodes = plan.new_nodes;
+            }
         }
         if size != d.size {
             out.push(self.set64(ino, field::SIZE, size));
         }
-        Ok(retired)
+        Ok(Staged {
+            retired,
+            fresh,
+            new_nodes,
+        })
     }
 
     /// `n` fresh data pages for the server's own writes, making room if need be (ENOSPC,
@@ -499,6 +651,7 @@ impl Server {
 
     pub(super) fn fallocate(
         &mut self,
+        client: ClientId,
         h: Handle,
         offset: u64,
         len: u64,
@@ -527,15 +680,27 @@ impl Server {
         if holes.len() as u64 > self.alloc.data.free() + self.alloc.pending() as u64 {
             return Err(Error::ENOSPC);
         }
-        let pages = self.alloc_data(holes.len())?;
+        let mut pages = self.alloc_data(holes.len())?;
         for &p in &pages {
             self.pool.zero_nt(p, PAGE);
         }
+        let mut updates: Vec<(u64, u64)> =
+            holes.iter().copied().zip(pages.iter().copied()).collect();
         if !keep_size && end > d.size {
-            zero_range_beyond_eof(&self.pool, &self.geo, &d, d.size, end)?;
+            let in_place = !self.others_write(client, h.ino);
+            match self.zero_beyond_eof(in_place, &d, d.size, end, &|_| false) {
+                Ok(replaced) if !replaced.is_empty() => {
+                    pages.extend(replaced.iter().map(|r| r.1));
+                    updates = merge_updates(&updates, &replaced);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.release_data_pages(&pages);
+                    return Err(e);
+                }
+            }
         }
         self.pool.fence();
-        let updates: Vec<(u64, u64)> = holes.iter().copied().zip(pages.iter().copied()).collect();
         let mut out = Vec::new();
         let mut plan = index::Plan::default();
         if let Err(e) = self.plan_index(&d, &updates, &mut plan) {
@@ -543,8 +708,8 @@ impl Server {
             return Err(e);
         }
         self.push_plan(h.ino, &d, &mut plan, &mut out);
-        if !pages.is_empty() {
-            out.push(self.set64(h.ino, field::BLOCKS, d.blocks + pages.len() as u64));
+        if !holes.is_empty() {
+            out.push(self.set64(h.ino, field::BLOCKS, d.blocks + holes.len() as u64));
         }
         let now = self.now();
         if !keep_size && end > d.size {
@@ -558,6 +723,8 @@ impl Server {
             self.release_data_pages(&pages);
             return Err(e);
         }
+        let replaced: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
+        self.retire(&replaced);
         Ok(Response::Done)
     }
 }

@@ -53,7 +53,9 @@ const CREATED_TOKENS: usize = 16;
 pub struct Shared {
     pub epochs: Epochs,
     pub seqs: SeqTable,
-    pub mapped: crate::mapped::MappedSet,
+    pub mapped: crate::inode_bits::InodeBits,
+    /// Inodes that more than one client holds open for writing (`crate::inode_bits`).
+    pub several_writers: crate::inode_bits::InodeBits,
 }
 
 pub struct Server {
@@ -73,7 +75,7 @@ pub struct Server {
     scratch: data::Scratch,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
     created: FastMap<ClientId, Vec<u64>>,
-    /// Shared mappings clients hold (see `crate::mapped`).
+    /// Shared mappings clients hold (see `crate::inode_bits`).
     mappings: mapped::Mappings,
     /// Pending frees at which `retire` next tries to reclaim.
     reclaim_at: usize,
@@ -221,7 +223,7 @@ impl Server {
                 to_name,
                 flags,
             } => self.rename(creds, from, &from_name, to, &to_name, flags),
-            Request::SetAttr { target, attr } => self.setattr(creds, target, attr),
+            Request::SetAttr { target, attr } => self.setattr(client, creds, target, attr),
             Request::Fallocate {
                 target,
                 offset,
@@ -229,7 +231,7 @@ impl Server {
                 keep_size,
             } => {
                 self.check_writer(client, target)?;
-                self.fallocate(target, offset, len, keep_size)
+                self.fallocate(client, target, offset, len, keep_size)
             }
             Request::Reserve { pages } => self.reserve(client, pages),
             Request::Unreserve { pages } => self.unreserve(client, &pages),

@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use crate::inode::field;
 use crate::perm::Creds;
 use crate::request::{Handle, Response};
-use std::collections::hash_map::Entry;
 
 /// Handles one client holds open on one inode, and how many of them may write.
 #[derive(Clone, Copy, Debug, Default)]
@@ -73,6 +72,24 @@ impl Holders {
         Ok(())
     }
 
+    /// How many clients hold the inode open for writing, counting to two at most.
+    fn writers(&self) -> usize {
+        let first = (self.first.write > 0) as usize;
+        first
+            + self
+                .more
+                .iter()
+                .filter(|h| h.write > 0)
+                .take(2 - first)
+                .count()
+    }
+
+    /// Whether a client other than `client` holds the inode open for writing.
+    fn others_write(&self, client: ClientId) -> bool {
+        let other = |h: &Holder| h.client != client && h.write > 0;
+        other(&self.first) || self.more.iter().any(other)
+    }
+
     /// Drop `client`'s holder once it holds nothing, keeping `first` filled if any is left.
     fn prune(&mut self, client: ClientId) {
         if self.first.client == client && self.first.all == 0 {
@@ -134,7 +151,27 @@ impl Server {
 
     /// One more open handle of `ino` held by `client`.
     fn count_open(&mut self, client: ClientId, ino: u64, write: bool) {
-        self.open.entry(ino).or_default().add(client, write);
+        let holders = self.open.entry(ino).or_default();
+        holders.add(client, write);
+        if write {
+            let several = holders.writers() > 1;
+            self.show_writers(ino, several);
+        }
+    }
+
+    /// Publish whether several clients hold `ino` open for writing (before the reply to the
+    /// open that makes them several: that client then copies what it writes beyond the end
+    /// of file instead of writing it in place).
+    fn show_writers(&self, ino: u64, several: bool) {
+        if self.shared.several_writers.contains(ino) != several {
+            self.shared.several_writers.set(ino, several);
+        }
+    }
+
+    /// Whether a client other than `client` holds `ino` open for writing: one of them may
+    /// be writing in place beyond the end of file (`zero_beyond_eof`).
+    pub(super) fn others_write(&self, client: ClientId, ino: u64) -> bool {
+        self.open.get(&ino).is_some_and(|h| h.others_write(client))
     }
 
     /// Refuse (EBADF) a change of file contents from a client that does not hold the file
@@ -158,12 +195,14 @@ impl Server {
     pub(crate) fn close(&mut self, client: ClientId, h: Handle, write: bool) -> Result<Response> {
         self.running()?;
         self.check_handle(h)?;
-        let Entry::Occupied(mut e) = self.open.entry(h.ino) else {
-            return Err(Error::EBADF);
-        };
-        e.get_mut().release(client, write)?;
-        if e.get().is_empty() {
-            e.remove();
+        let holders = self.open.get_mut(&h.ino).ok_or(Error::EBADF)?;
+        holders.release(client, write)?;
+        let (several, empty) = (holders.writers() > 1, holders.is_empty());
+        if write {
+            self.show_writers(h.ino, several);
+        }
+        if empty {
+            self.open.remove(&h.ino);
             self.free_if_unlinked(h.ino)?;
         }
         Ok(Response::Done)
@@ -190,10 +229,14 @@ impl Server {
     pub(super) fn release_client(&mut self, client: ClientId) {
         self.created.remove(&client);
         let mut closed = Vec::new();
+        let several = &self.shared.several_writers;
         self.open.retain(|&ino, holders| {
             if let Some(h) = holders.find(client) {
                 h.all = 0;
                 holders.prune(client);
+                if several.contains(ino) && holders.writers() < 2 {
+                    several.set(ino, false);
+                }
             }
             if holders.is_empty() {
                 closed.push(ino);

@@ -106,6 +106,7 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
                 old_pages: vec![1],
                 size_seen: 0,
                 start: 0,
+                in_place: Vec::new(),
             }),
         },
         Request::Unreserve {
@@ -220,6 +221,7 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
         old_pages: vec![old],
         size_seen: 5000,
         start: 0,
+        in_place: Vec::new(),
     };
     // 1. A commit for a file this client has not opened at all.
     let r = send(&fs, &commit(vec![(0, page)], 4096, None));
@@ -274,6 +276,7 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
         old_pages: vec![0],
         size_seen: 5000,
         start: 5000,
+        in_place: Vec::new(),
     };
     let r = send(&fs, &commit(vec![(2, page)], 3 * 4096, Some(wide)));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
@@ -281,6 +284,7 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
         old_pages: vec![],
         size_seen: 5000,
         start: 1 << 20,
+        in_place: Vec::new(),
     };
     let r = send(&fs, &commit(vec![], 1 << 20, Some(empty)));
     unchanged(&fs, "/f", &before, r, libc::EINVAL);
@@ -291,9 +295,35 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
             old_pages: vec![],
             size_seen: 5000,
             start,
+            in_place: Vec::new(),
         };
         let r = send(&fs, &commit(vec![(0, page)], end, Some(partial)));
         unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    }
+    // Pages claimed written in place: each must lie in the range, ascend, not be supplied
+    // too, and still be the file's page (a page that is not is refused as changed).
+    let past = |in_place: Vec<(u64, u64)>| WriteCheck {
+        old_pages: vec![0],
+        size_seen: 5000,
+        start: 5000,
+        in_place,
+    };
+    let other = fs.mount_info().geometry.data_off; // refused before it is looked at
+    for bad in [
+        vec![(2, other)],             // also supplied
+        vec![(0, other)],             // before the range
+        vec![(1, other), (1, other)], // not ascending
+        vec![(1, other), (3, other)], // beyond the range
+    ] {
+        let r = send(&fs, &commit(vec![(2, page)], 3 * 4096, Some(past(bad))));
+        unchanged(&fs, "/f", &before, r, libc::EINVAL);
+    }
+    for not_the_files in [vec![(1, geo_last_page(&fs))], vec![(1, 0)]] {
+        let r = send(
+            &fs,
+            &commit(vec![(2, page)], 3 * 4096, Some(past(not_the_files))),
+        );
+        unchanged(&fs, "/f", &before, r, libc::EAGAIN);
     }
     // The legitimate paths still work: a write through the write-open, fallocate too.
     rw.write_at(b"ok", 4999).unwrap();

@@ -26,13 +26,17 @@ struct WriteScratch {
     updates: Vec<(u64, u64)>,
     /// A page assembled from old bytes and new.
     buf: Vec<u8>,
+    /// (page number, data page) written in place beyond the end of file, for the commit's
+    /// check when other processes may write the pool.
+    in_place: Vec<(u64, u64)>,
 }
 
 /// Whether page `pg` of a write at `off` gets a fresh copy: holes, and pages whose visible
-/// bytes change. With other processes writing the pool, every page is copied: bytes beyond
-/// the end of file are only ours while this process alone writes.
-fn copies(shared: bool, d: &InodeData, off: u64, pg: u64, old: u64) -> bool {
-    shared || old == 0 || off.max(pg * PAGE) < d.size
+/// bytes change. With other processes holding the file open for writing (`copy_all`),
+/// every page is copied: bytes beyond the end of file are only ours while this process
+/// alone may write them.
+fn copies(copy_all: bool, d: &InodeData, off: u64, pg: u64, old: u64) -> bool {
+    copy_all || old == 0 || off.max(pg * PAGE) < d.size
 }
 
 /// Whole pages of a write going to consecutive pool pages: one copy for all of them.
@@ -159,6 +163,14 @@ impl File {
         }
         let first = off / PAGE;
         let last = end.div_ceil(PAGE);
+        // Through the daemon, this process may write beyond the end of file in place only
+        // while no other process holds the file open for writing (the server says so before
+        // answering the open that makes them several). A page found here may be replaced
+        // by another process meanwhile (this commit then fails its check): the pin, held
+        // through the commit, keeps it from being reused before the copies into it are
+        // fenced, and so from coming back as the file's page under the commit's check (ABA).
+        let copy_all = shared && core.shared.several_writers.contains(self.handle.ino);
+        let _pin = (shared && !copy_all).then(|| core.shared.epochs.pin());
         s.old.clear();
         // Whole pages: no old byte survives, so the old pages are not needed (nor, through
         // the daemon, the index lines the server's last commit wrote, each a transfer from
@@ -173,18 +185,27 @@ impl File {
         }
         let fresh = (first..last)
             .zip(&s.old)
-            .filter(|&(pg, &old)| copies(shared, &d, off, pg, old))
+            .filter(|&(pg, &old)| copies(copy_all, &d, off, pg, old))
             .count();
         fs.take_pages(fresh, &mut s.fresh)?;
-        let copied = self.fill_pages(s, &d, data, off, end);
+        let copied = self.fill_pages(s, &d, data, off, end, copy_all);
         let check = match copied {
             Ok(()) if shared => Some(WriteCheck {
-                old_pages: if whole { Vec::new() } else { s.old.clone() },
+                // The old page of each page copied (those written in place go apart).
+                old_pages: if whole {
+                    Vec::new()
+                } else {
+                    let old = |&(pg, _): &(u64, u64)| s.old[(pg - first) as usize];
+                    s.updates.iter().map(old).collect()
+                },
                 size_seen: d.size,
                 start: off,
+                in_place: s.in_place.clone(),
             }),
             Ok(()) => None,
             Err(e) => {
+                // Stores made in place land before the pin lets their pages be reused.
+                core.pool.fence();
                 fs.untake_pages(s.fresh.iter().copied());
                 return Err(e);
             }
@@ -246,6 +267,7 @@ impl File {
         data: &[u8],
         off: u64,
         end: u64,
+        copy_all: bool,
     ) -> Result<()> {
         let core = &*self.fs.core;
         let pool = &core.pool;
@@ -254,9 +276,11 @@ impl File {
             fresh,
             updates,
             buf,
+            in_place,
         } = s;
         let shared = self.fs.pool_is_shared();
         updates.clear();
+        in_place.clear();
         let mut fresh = fresh.iter().copied();
         // Whole pages going to consecutive fresh pages are copied as one run.
         let mut run = Run::default();
@@ -266,9 +290,12 @@ impl File {
             let we = end.min(base + PAGE) - base;
             let at = (base + ws - off) as usize;
             let src = &data[at..(base + we - off) as usize];
-            if !copies(shared, d, off, pg, old) {
+            if !copies(copy_all, d, off, pg, old) {
                 // Beyond the end of file: invisible until the size commits, so in place.
                 pool.copy_nt(old + ws, src);
+                if shared {
+                    in_place.push((pg, old));
+                }
                 continue;
             }
             let new = fresh.next().ok_or(Error::EIO)?;

@@ -1,37 +1,41 @@
-//! Which inodes some process maps shared: one bit per inode, set by the server while any
-//! client holds such a mapping (`Request::Mapped`) and read, without a call, by every
-//! client's write path. A front end that emulates shared mappings with a backing file
-//! (the shim) needs it: a write by a process that does not map the file must still reach
-//! the mappings of those that do. In the daemon the bits live in the common region, which
-//! clients map read-only.
+//! A bit per inode, set and cleared by the server and read, without a call, by every
+//! client's write path. In the daemon the bits live in the common region, which clients map
+//! read-only. Two sets:
+//!
+//! - **mapped**: some client maps the inode shared (`Request::Mapped`). A front end that
+//!   emulates shared mappings with a backing file (the shim) needs it: a write by a process
+//!   that does not map the file must still reach the mappings of those that do.
+//! - **several writers**: more than one client holds the inode open for writing. Only a
+//!   client alone in holding it so writes in place beyond the end of file (architecture.md,
+//!   "Writes from several processes").
 
 use crate::epoch::Atomics;
 use std::sync::atomic::Ordering;
 
-pub struct MappedSet {
+pub struct InodeBits {
     bits: Atomics,
 }
 
-impl MappedSet {
+impl InodeBits {
     /// Words of the set for a pool of `inodes` inodes.
     pub fn words(inodes: u64) -> usize {
         inodes.div_ceil(64) as usize
     }
 
     /// A set in this process's memory (a pool opened in-process).
-    pub fn new(inodes: u64) -> MappedSet {
-        MappedSet {
+    pub fn new(inodes: u64) -> InodeBits {
+        InodeBits {
             bits: Atomics::zeroed(Self::words(inodes)),
         }
     }
 
     /// A set in shared memory, `words(inodes)` words.
-    pub fn shared(bits: Atomics) -> MappedSet {
-        MappedSet { bits }
+    pub fn shared(bits: Atomics) -> InodeBits {
+        InodeBits { bits }
     }
 
-    /// Whether some client maps `ino` shared. Acquire: a writer that sees the bit after its
-    /// commit's reply also sees everything the server did before setting it.
+    /// Whether `ino`'s bit is set. Acquire: a writer that sees the bit after a reply also
+    /// sees everything the server did before setting it.
     pub fn contains(&self, ino: u64) -> bool {
         self.bits
             .get((ino / 64) as usize)
@@ -58,8 +62,8 @@ mod tests {
 
     #[test]
     fn bits_are_per_inode_and_out_of_range_is_never_mapped() {
-        let s = MappedSet::new(130);
-        assert_eq!(MappedSet::words(130), 3);
+        let s = InodeBits::new(130);
+        assert_eq!(InodeBits::words(130), 3);
         for ino in [1, 63, 64, 129] {
             assert!(!s.contains(ino));
             s.set(ino, true);
