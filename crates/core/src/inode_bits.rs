@@ -7,7 +7,7 @@
 //!   that does not map the file must still reach the mappings of those that do.
 //! - **several writers**: more than one client holds the inode open for writing. Only a
 //!   client alone in holding it so writes in place beyond the end of file (architecture.md,
-//!   "Writes from several processes").
+//!   "Appends in place through the daemon").
 
 use crate::epoch::Atomics;
 use std::sync::atomic::Ordering;

@@ -382,7 +382,7 @@ impl Server {
     /// file but those `skip` names: bytes that must read as zeros once the size grows.
     /// `in_place` unless a client other than the one asking may be writing in place beyond
     /// the end of file: one alone in holding the file open for writing does so without a
-    /// lock (architecture.md, "Writes from several processes"), and such a write, begun
+    /// lock (architecture.md, "Appends in place through the daemon"), and such a write, begun
     /// before another opened the file, must not land in bytes this change makes visible.
     /// Those pages are then replaced by fresh copies of what they hold before `from`,
     /// returned as (page number, fresh page) for the commit to map (`release_data_pages`

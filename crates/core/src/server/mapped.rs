@@ -1,5 +1,5 @@
 //! Shared mappings: how many each client holds of each inode (`Request::Mapped`), and the
-//! bit per inode (`MappedSet`) that tells every client's writes to update the mappings.
+//! bit per inode (`InodeBits`, `mapped`) that tells every client's writes to update the mappings.
 
 use super::backing::Settled;
 use super::{ClientId, Server};

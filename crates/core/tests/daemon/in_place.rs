@@ -2,8 +2,8 @@
 //! file open for writing appends into its last page without copying it; once another
 //! client holds it open for writing too, both copy, and what the other makes visible
 //! beyond the old end of file (a growing truncate, fallocate, a write past the end) reads
-//! as zeros and never as bytes the first was writing in place (architecture.md, "Writes
-//! from several processes"). Each `Fs::connect` is its own client.
+//! as zeros and never as bytes the first was writing in place (architecture.md, "Appends
+//! in place through the daemon"). Each `Fs::connect` is its own client.
 
 use super::Daemon;
 use engram_core::{Fs, OpenOptions};
