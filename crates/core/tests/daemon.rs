@@ -97,6 +97,23 @@ impl Drop for Daemon {
     }
 }
 
+/// Send `req` as raw bytes through this client's slots and decode the reply (a forged
+/// request, or one step of a write path driven by hand).
+fn send(
+    fs: &Fs,
+    req: &engram_core::request::Request,
+) -> engram_core::Result<engram_core::request::Response> {
+    let mut w = engram_core::wire::Writer::default();
+    engram_core::wire::encode_request(req, &mut w);
+    engram_core::wire::decode_reply(&fs.remote().unwrap().call_raw(&w.0).unwrap())
+}
+
+/// Whether the pool `fs` reaches checks clean (the daemon still running).
+fn assert_fsck_clean(fs: &Fs) {
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}
+
 fn check_clean(pool: &Path) {
     let fs = Fs::open(pool, &Options::default()).unwrap();
     assert!(

@@ -30,6 +30,11 @@ fn merge_updates(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     all
 }
 
+/// The data pages of a list of (page number, data page), leaving out holes (0).
+fn fresh_pages(updates: &[(u64, u64)]) -> Vec<u64> {
+    updates.iter().map(|u| u.1).filter(|&p| p != 0).collect()
+}
+
 /// What a staged change retires once committed, and gives back if its commit fails (data
 /// pages and index nodes it took).
 #[derive(Default)]
@@ -221,7 +226,7 @@ impl Server {
         // Pages of the gap replaced rather than zeroed in place go in with the client's.
         let r = self.map_pages(h, d, &merge_updates(pages, &replaced), end);
         if r.is_err() {
-            self.release_data_pages(&replaced.iter().map(|r| r.1).collect::<Vec<_>>());
+            self.release_data_pages(&fresh_pages(&replaced));
         }
         r
     }
@@ -244,7 +249,9 @@ impl Server {
         self.plan_index(d, pages, &mut plan)?;
         out.clear();
         self.push_plan(h.ino, d, &mut plan, &mut out);
-        let new_blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;
+        // Pages the server replaced by holes (`zero_beyond_eof`) map 0.
+        let mapped = pages.iter().filter(|p| p.1 != 0).count() as u64;
+        let new_blocks = d.blocks + mapped - plan.old_pages.len() as u64;
         if new_blocks != d.blocks {
             out.push(self.set64(h.ino, field::BLOCKS, new_blocks));
         }
@@ -357,7 +364,10 @@ impl Server {
                 ));
             }
         }
-        let touches_eof = c.start > c.size_seen || end > c.size_seen;
+        // A write into the page holding the end of file copies the bytes beyond it too,
+        // which a sole writer may have filled in place (or the server zeroed) and committed
+        // since: the size it saw must still hold, or the copy would undo that.
+        let touches_eof = c.start > c.size_seen || end.next_multiple_of(PAGE) > c.size_seen;
         if touches_eof && d.size != c.size_seen {
             return Err(Error::with_msg(
                 libc::EAGAIN,
@@ -373,7 +383,7 @@ impl Server {
         // gap is then zeroed in place.
         let skip = |pg: u64| pages.binary_search_by_key(&pg, |&(p, _)| p).is_ok();
         let in_place = !c.in_place.is_empty() || !self.others_write(client, ino);
-        let replaced = self.zero_beyond_eof(in_place, d, d.size, c.start, &skip)?;
+        let replaced = self.zero_beyond_eof(in_place, d, (d.size, c.start), 0..0, &skip)?;
         self.pool.fence();
         Ok(replaced)
     }
@@ -384,15 +394,18 @@ impl Server {
     /// the end of file: one alone in holding the file open for writing does so without a
     /// lock (architecture.md, "Appends in place through the daemon"), and such a write, begun
     /// before another opened the file, must not land in bytes this change makes visible.
-    /// Those pages are then replaced by fresh copies of what they hold before `from`,
-    /// returned as (page number, fresh page) for the commit to map (`release_data_pages`
-    /// if it fails); the write in place then fails its check and is redone. Not fenced.
+    /// Those pages are then replaced instead: the page holding `from` by a fresh copy of its
+    /// bytes before `from`, a page wholly beyond it by a hole (no space, no copy) or, if its
+    /// number is in `allocated` (fallocate's range), by a fresh zeroed page. Returned as
+    /// (page number, fresh page or 0) for the commit to map (`release_data_pages` of the
+    /// fresh ones if it fails); the write in place then fails its check and is redone. Not
+    /// fenced.
     fn zero_beyond_eof(
         &mut self,
         in_place: bool,
         d: &InodeData,
-        from: u64,
-        to: u64,
+        (from, to): (u64, u64),
+        allocated: std::ops::Range<u64>,
         skip: &dyn Fn(u64) -> bool,
     ) -> Result<Vec<(u64, u64)>> {
         if from >= to {
@@ -423,15 +436,25 @@ impl Server {
             }
             return Ok(Vec::new());
         }
-        let fresh = self.alloc_data(old.len())?;
+        let needs_page = |&&(pg, _): &&(u64, u64)| pg * PAGE < from || allocated.contains(&pg);
+        let fresh = self.alloc_data(old.iter().filter(needs_page).count())?;
+        let mut fresh = fresh.into_iter();
         let mut buf = vec![0u8; PAGE as usize];
-        for (&(pg, page), &new) in old.iter().zip(&fresh) {
-            let keep = from.saturating_sub(pg * PAGE).min(PAGE) as usize;
-            pool.read(page, &mut buf[..keep]);
-            buf[keep..].fill(0);
-            pool.copy_nt(new, &buf);
+        let mut replaced = Vec::with_capacity(old.len());
+        for o @ &(pg, page) in &old {
+            let new = match needs_page(&o) {
+                true => fresh.next().ok_or(Error::EIO)?,
+                false => 0,
+            };
+            if new != 0 {
+                let keep = from.saturating_sub(pg * PAGE).min(PAGE) as usize;
+                pool.read(page, &mut buf[..keep]);
+                buf[keep..].fill(0);
+                pool.copy_nt(new, &buf);
+            }
+            replaced.push((pg, new));
         }
-        Ok(old.iter().map(|o| o.0).zip(fresh).collect())
+        Ok(replaced)
     }
 
     /// Plan an index update into `plan`, allocating (zeroed) nodes (`plan.new_nodes`, to
@@ -601,16 +624,20 @@ impl Server {
             retired.extend(plan.old_nodes.iter().map(|&p| Item::MetaPage(p)));
         } else if size > d.size {
             let in_place = !self.others_write(client, ino);
-            let replaced = self.zero_beyond_eof(in_place, d, d.size, size, &|_| false)?;
+            let replaced = self.zero_beyond_eof(in_place, d, (d.size, size), 0..0, &|_| false)?;
             self.pool.fence();
             if !replaced.is_empty() {
-                fresh = replaced.iter().map(|r| r.1).collect();
+                fresh = fresh_pages(&replaced);
                 let mut plan = index::Plan::default();
                 if let Err(e) = self.plan_index(d, &replaced, &mut plan) {
                     self.release_data_pages(&fresh);
                     return Err(e);
                 }
                 self.push_plan(ino, d, &mut plan, out);
+                let blocks = d.blocks + fresh.len() as u64 - plan.old_pages.len() as u64;
+                if blocks != d.blocks {
+                    out.push(self.set64(ino, field::BLOCKS, blocks));
+                }
                 retired.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
                 new_nodes = plan.new_nodes;
             }
@@ -688,9 +715,10 @@ impl Server {
             holes.iter().copied().zip(pages.iter().copied()).collect();
         if !keep_size && end > d.size {
             let in_place = !self.others_write(client, h.ino);
-            match self.zero_beyond_eof(in_place, &d, d.size, end, &|_| false) {
+            let range = offset / PAGE..end.div_ceil(PAGE);
+            match self.zero_beyond_eof(in_place, &d, (d.size, end), range, &|_| false) {
                 Ok(replaced) if !replaced.is_empty() => {
-                    pages.extend(replaced.iter().map(|r| r.1));
+                    pages.extend(fresh_pages(&replaced));
                     updates = merge_updates(&updates, &replaced);
                 }
                 Ok(_) => {}
@@ -708,8 +736,11 @@ impl Server {
             return Err(e);
         }
         self.push_plan(h.ino, &d, &mut plan, &mut out);
-        if !holes.is_empty() {
-            out.push(self.set64(h.ino, field::BLOCKS, d.blocks + holes.len() as u64));
+        // The holes filled, plus the pages beyond the end of file replaced (each by one
+        // page or a hole) if another client may be writing in place.
+        let blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;
+        if blocks != d.blocks {
+            out.push(self.set64(h.ino, field::BLOCKS, blocks));
         }
         let now = self.now();
         if !keep_size && end > d.size {

@@ -1,17 +1,10 @@
 //! Forged requests against a live daemon: each gets an error reply and nothing in the pool
 //! changes.
 
-use super::{Daemon, check_clean};
+use super::{Daemon, check_clean, send};
 use engram_core::request::{Request, Response, WriteCheck};
 use engram_core::wire::{Writer, decode_reply, encode_request};
 use engram_core::{Fs, Handle, OpenOptions};
-
-/// Send `req` as raw bytes through this client's slots and decode the reply.
-fn send(fs: &Fs, req: &Request) -> engram_core::Result<Response> {
-    let mut w = Writer::default();
-    encode_request(req, &mut w);
-    decode_reply(&fs.remote().unwrap().call_raw(&w.0).unwrap())
-}
 
 #[test]
 fn forged_and_random_requests_get_errors_and_change_nothing() {

@@ -5,13 +5,20 @@
 //! as zeros and never as bytes the first was writing in place (architecture.md, "Appends
 //! in place through the daemon"). Each `Fs::connect` is its own client.
 
-use super::Daemon;
-use engram_core::{Fs, OpenOptions};
+use super::{Daemon, assert_fsck_clean, send};
+use engram_core::request::{Request, Response, WriteCheck};
+use engram_core::{Fs, OpenOptions, index, inode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn rw() -> OpenOptions {
     OpenOptions::new().read(true).write(true)
+}
+
+/// Two clients of the daemon `d`.
+fn two_clients(d: &Daemon) -> (Fs, Fs) {
+    let connect = || Fs::connect(&d.socket).unwrap();
+    (connect(), connect())
 }
 
 fn contents(fs: &Fs, path: &str) -> Vec<u8> {
@@ -23,10 +30,7 @@ fn contents(fs: &Fs, path: &str) -> Vec<u8> {
 #[test]
 fn growth_by_a_second_writer_reads_as_zeros_and_keeps_every_append() {
     let d = Daemon::start("in-place-growth", 64 << 20);
-    let (a, b) = (
-        Fs::connect(&d.socket).unwrap(),
-        Fs::connect(&d.socket).unwrap(),
-    );
+    let (a, b) = two_clients(&d);
     let fa = a.open_file("/f", &rw().create(true).append(true)).unwrap();
     let mut model = Vec::new();
     // Alone: 300 appends of odd sizes, most of them inside the last page.
@@ -66,8 +70,38 @@ fn growth_by_a_second_writer_reads_as_zeros_and_keeps_every_append() {
     assert_eq!(contents(&b, "/f"), model);
     assert_eq!(a.stat("/f").unwrap().size, model.len() as u64);
     // The pages replaced by the growth were retired and their block counts kept.
-    let r = a.fsck(false).unwrap();
-    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_fsck_clean(&a);
+}
+
+/// Growth by a second writer over pages the first allocated ahead: the page holding the old
+/// end of file is copied, those wholly beyond it become holes (no copy, no space), except
+/// where a growing fallocate allocates; the bytes read as zeros and the counts stay right.
+#[test]
+fn growth_by_a_second_writer_makes_holes_of_pages_allocated_ahead() {
+    let d = Daemon::start("in-place-holes", 64 << 20);
+    let (a, b) = two_clients(&d);
+    let fa = a.open_file("/f", &rw().create(true)).unwrap();
+    fa.write_at(&[b'a'; 100], 0).unwrap();
+    fa.allocate(0, 64 * 4096, true).unwrap();
+    let pages = |fs: &Fs| fs.stat("/f").unwrap().blocks / 8;
+    assert_eq!(pages(&a), 64);
+    let fb = b.open_file("/f", &rw()).unwrap();
+    // Pages 1..33 become holes, page 0 a copy; 33..64 stay beyond the end.
+    fb.set_len(32 * 4096 + 1).unwrap();
+    let mut model = vec![b'a'; 100];
+    model.resize(32 * 4096 + 1, 0);
+    assert_eq!(contents(&a, "/f"), model);
+    assert_eq!(pages(&a), 64 - 32);
+    // fallocate to page 50 from page 40: pages 33..40 become holes, 40..50 stay allocated.
+    fb.allocate(40 * 4096, 10 * 4096, false).unwrap();
+    model.resize(50 * 4096, 0);
+    assert_eq!(contents(&b, "/f"), model);
+    assert_eq!(pages(&a), 64 - 32 - 7);
+    // The first client's append, begun alone, now lands in a copy.
+    fa.write_at(b"end", 50 * 4096).unwrap();
+    model.extend_from_slice(b"end");
+    assert_eq!(contents(&b, "/f"), model);
+    assert_fsck_clean(&a);
 }
 
 /// A write past the end into a page the file already has: the old bytes between the end
@@ -115,10 +149,7 @@ fn record(seq: u32) -> Vec<u8> {
 #[test]
 fn appends_beside_another_writers_growth_stay_whole() {
     let d = Daemon::start("in-place-race", 64 << 20);
-    let (a, b) = (
-        Fs::connect(&d.socket).unwrap(),
-        Fs::connect(&d.socket).unwrap(),
-    );
+    let (a, b) = two_clients(&d);
     let fa = a
         .open_file("/log", &rw().create(true).append(true))
         .unwrap();
@@ -159,6 +190,177 @@ fn appends_beside_another_writers_growth_stay_whole() {
         next += 1;
     }
     assert_eq!(next, N, "records found, after {grown} growths");
-    let r = a.fsck(false).unwrap();
-    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_fsck_clean(&a);
+}
+
+/// The data page of page `pg` of inode `ino`, and the inode's size, as a client reads them.
+fn page_and_size(fs: &Fs, ino: u64, pg: u64) -> (u64, u64) {
+    let geo = fs.mount_info().geometry;
+    let d = inode::read(fs.pool(), &geo, ino);
+    let page = index::lookup(fs.pool(), &geo, d.root, d.height, pg).unwrap();
+    (page, d.size)
+}
+
+/// A (alone when its write began) appends in place into the last page; B, which opened the
+/// file for writing meanwhile, rewrites a byte inside the file in that same page (a copy,
+/// taken before A's stores landed) and commits after A: B's commit must fail (EAGAIN, and
+/// B writes again), or its copy would undo A's committed append. The interleaving the two
+/// write paths allow, driven step by step with raw requests.
+#[test]
+fn a_stale_copy_of_the_last_page_does_not_undo_an_append_made_in_place() {
+    let d = Daemon::start("in-place-stale", 64 << 20);
+    let (a, b) = two_clients(&d);
+    let fa = a.open_file("/f", &rw().create(true)).unwrap();
+    fa.write_at(&[b'a'; 100], 0).unwrap();
+    let (ino, h) = (fa.ino(), fa.handle());
+    // A's write (100 bytes at 100) starts: the several-writers bit is clear.
+    assert!(!a.remote().unwrap().several_writers().contains(ino));
+    let (q, size) = page_and_size(&a, ino, 0);
+    assert_eq!(size, 100);
+    // B opens the file for writing (the bit is set before the reply) and copies page 0
+    // into a reserved page to write byte 50.
+    let fb = b.open_file("/f", &rw()).unwrap();
+    assert!(b.remote().unwrap().several_writers().contains(ino));
+    let Ok(Response::Pages(p)) = send(&b, &Request::Reserve { pages: 1 }) else {
+        panic!("reserve failed");
+    };
+    let copy = p[0];
+    let mut buf = vec![0u8; 4096];
+    b.pool().read(q, &mut buf);
+    buf[50] = b'b';
+    // SAFETY: a page reserved to b, in the data area, which clients map read/write.
+    unsafe {
+        std::ptr::copy_nonoverlapping(buf.as_ptr(), b.pool().as_ptr().add(copy as usize), 4096)
+    };
+    // A's stores land in place beyond the end of file, then A commits.
+    // SAFETY: page q is the file's; these bytes lie beyond its end of file, where A's write
+    // path stores in place.
+    unsafe { std::ptr::write_bytes(a.pool().as_ptr().add(q as usize + 100), b'X', 100) };
+    let appended = Request::CommitWrite {
+        target: h,
+        pages: vec![],
+        end: 200,
+        check: Some(WriteCheck {
+            old_pages: vec![],
+            size_seen: 100,
+            start: 100,
+            in_place: vec![(0, q)],
+        }),
+    };
+    assert!(matches!(send(&a, &appended), Ok(Response::Done)));
+    let mut want = vec![b'a'; 100];
+    want.extend_from_slice(&[b'X'; 100]);
+    assert_eq!(a.read_file("/f").unwrap(), want);
+    // B's commit: its old page is still the file's and its write ends inside the size it
+    // saw, but the page it copied holds the end of file, which has moved.
+    let rewrite = Request::CommitWrite {
+        target: h,
+        pages: vec![(0, copy)],
+        end: 51,
+        check: Some(WriteCheck {
+            old_pages: vec![q],
+            size_seen: 100,
+            start: 50,
+            in_place: vec![],
+        }),
+    };
+    let r = send(&b, &rewrite);
+    assert!(
+        r.as_ref().is_err_and(|e| e.errno() == libc::EAGAIN),
+        "{r:?}"
+    );
+    assert_eq!(a.read_file("/f").unwrap(), want);
+    // B's write path then writes again, from the page as it is now.
+    fb.write_at(b"b", 50).unwrap();
+    want[50] = b'b';
+    assert_eq!(a.read_file("/f").unwrap(), want);
+    assert!(send(&b, &Request::Unreserve { pages: vec![copy] }).is_ok());
+    assert_fsck_clean(&a);
+}
+
+/// The same race through the real write paths: A appends alone; B, over and over, opens
+/// the file for writing, rewrites its last byte with what it holds, and closes it.
+#[test]
+fn rewrites_of_the_last_byte_beside_appends_keep_every_record() {
+    let d = Daemon::start("in-place-rewrite", 64 << 20);
+    let (a, b) = two_clients(&d);
+    let fa = a
+        .open_file("/log", &rw().create(true).append(true))
+        .unwrap();
+    fa.write_next(b"start").unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let other = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let f = b.open_file("/log", &rw()).unwrap();
+                let size = f.metadata().unwrap().size;
+                let mut byte = [0u8];
+                f.read_at(&mut byte, size - 1).unwrap();
+                f.write_at(&byte, size - 1).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut model = b"start".to_vec();
+    for i in 0..20_000u32 {
+        let rec = format!("<{i:08}>");
+        fa.write_next(rec.as_bytes()).unwrap();
+        model.extend_from_slice(rec.as_bytes());
+    }
+    done.store(true, Ordering::Relaxed);
+    let n = other.join().unwrap();
+    let got = contents(&a, "/log");
+    if got != model {
+        let at = got.iter().zip(&model).position(|(x, y)| x != y);
+        let at = at.unwrap_or(got.len().min(model.len()));
+        let around = |v: &[u8]| {
+            String::from_utf8_lossy(&v[at.saturating_sub(20)..(at + 40).min(v.len())]).into_owned()
+        };
+        panic!(
+            "after {n} rewrites the log differs at {at} (length {} against {}): {:?}, want {:?}",
+            got.len(),
+            model.len(),
+            around(&got),
+            around(&model)
+        );
+    }
+}
+
+/// A sole writer overwriting nearly all of a small pool, page by page: the pages each
+/// overwrite retires come free when the pool runs short (a write's epoch pin, if it were
+/// held across the round trip that reserves pages, would hold them back: ENOSPC).
+#[test]
+fn overwrites_in_a_nearly_full_pool_do_not_run_out_of_space() {
+    let d = Daemon::start("in-place-full", 64 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    let pages = fs.statfs().unwrap().blocks_free - 3000;
+    let f = fs.open_file("/f", &rw().create(true)).unwrap();
+    f.write_at(&vec![1u8; (pages * 4096) as usize], 0).unwrap();
+    for round in 0..2u8 {
+        for i in 0..pages {
+            if let Err(e) = f.write_at(&[round; 4096], i * 4096) {
+                let free = fs.statfs().map(|s| s.blocks_free);
+                panic!("round {round}, page {i}: {e} (free: {free:?})");
+            }
+        }
+    }
+}
+
+/// A growing truncate by a second writer over pages the first allocated ahead needs no
+/// space (they become holes), as in-process or with one writer.
+#[test]
+fn a_growing_truncate_by_a_second_writer_needs_no_space() {
+    let d = Daemon::start("in-place-trunc-space", 64 << 20);
+    let (a, b) = two_clients(&d);
+    let fa = a.open_file("/f", &rw().create(true)).unwrap();
+    let ahead = a.statfs().unwrap().blocks_free * 6 / 10 * 4096;
+    fa.allocate(0, ahead, true).unwrap();
+    let fb = b.open_file("/f", &rw()).unwrap();
+    fb.set_len(ahead).unwrap();
+    assert_eq!(contents(&a, "/f"), vec![0u8; ahead as usize]);
+    drop((fa, fb));
+    assert_fsck_clean(&a);
 }

@@ -39,6 +39,9 @@ fn a_killed_clients_pages_and_unlinked_open_file_come_back() {
     let mut child = spawn_worker("hold-and-hang", &d.socket, "");
     eventually(|| fs.stat("/ready").is_ok());
     fs.unlink("/ready").unwrap();
+    // The worker's close of /ready is posted: until the server has taken it, the unlinked
+    // /ready is still open and keeps its inode.
+    eventually(|| fs.statfs().unwrap().files_free + 1 == before.files_free);
     let during = fs.statfs().unwrap();
     // 256 pages of the unlinked file plus a reservation batch.
     assert!(

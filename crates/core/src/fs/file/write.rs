@@ -165,12 +165,8 @@ impl File {
         let last = end.div_ceil(PAGE);
         // Through the daemon, this process may write beyond the end of file in place only
         // while no other process holds the file open for writing (the server says so before
-        // answering the open that makes them several). A page found here may be replaced
-        // by another process meanwhile (this commit then fails its check): the pin, held
-        // through the commit, keeps it from being reused before the copies into it are
-        // fenced, and so from coming back as the file's page under the commit's check (ABA).
+        // answering the open that makes them several).
         let copy_all = shared && core.shared.several_writers.contains(self.handle.ino);
-        let _pin = (shared && !copy_all).then(|| core.shared.epochs.pin());
         s.old.clear();
         // Whole pages: no old byte survives, so the old pages are not needed (nor, through
         // the daemon, the index lines the server's last commit wrote, each a transfer from
@@ -188,6 +184,22 @@ impl File {
             .filter(|&(pg, &old)| copies(copy_all, &d, off, pg, old))
             .count();
         fs.take_pages(fresh, &mut s.fresh)?;
+        // A page written in place through the daemon may be replaced by another process
+        // meanwhile (the commit then fails its check). An epoch pin, held through the
+        // commit, keeps it from being reused before the stores into it are fenced, and so
+        // from coming back as the file's page under the commit's check (ABA). Taken after
+        // the reservation (a round trip that may have to reclaim, which a pin would hold
+        // back), and valid only if no commit changed the file since the walk found it.
+        let _pin = if shared && fresh < s.old.len() {
+            let pin = core.shared.epochs.pin();
+            if !core.shared.seqs.counter(self.handle.ino).ok(at) {
+                fs.untake_pages(s.fresh.iter().copied());
+                return Err(Error::from_errno(libc::EAGAIN));
+            }
+            Some(pin)
+        } else {
+            None
+        };
         let copied = self.fill_pages(s, &d, data, off, end, copy_all);
         let check = match copied {
             Ok(()) if shared => Some(WriteCheck {
