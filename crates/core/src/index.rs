@@ -356,8 +356,18 @@ pub fn plan_set(
     while plan.height < need {
         if plan.root != 0 {
             let n = fresh_node(plan)?;
-            plan.words.push((n, plan.root));
-            last[plan.height as usize + 1] = (n, plan.root);
+            // At height 0 the root is page 0's data page. If this plan replaces page 0, the
+            // old page is not linked into the new leaf at all: two stores to one slot would
+            // come out of `coalesce`'s unstable sort in either order (with more than 20
+            // stores, the old page won, and the write to page 0 was lost).
+            let keep = if plan.height == 0 && updates.first().is_some_and(|u| u.0 == 0) {
+                plan.old_pages.push(data(geo, plan.root)?);
+                0
+            } else {
+                plan.words.push((n, plan.root));
+                plan.root
+            };
+            last[plan.height as usize + 1] = (n, keep);
             plan.root = n;
         }
         plan.height += 1;
@@ -623,6 +633,38 @@ mod plan_tests {
             }
         }
         assert_eq!(root.1, 3);
+    }
+
+    /// A file at height 0 (its root is page 0's data page), then one plan that replaces
+    /// page 0 (by a page or a hole) and grows the tree by one or two levels, with few
+    /// stores and with many: page 0 maps what the plan says, and its old page is retired.
+    #[test]
+    fn growth_from_height_0_replacing_page_0() {
+        for top in [2u64, 30, 511, 600, 1100, 3000] {
+            for hole in [false, true] {
+                let geo = Geometry::for_size(64 << 20).unwrap();
+                let pool = Pool::anonymous(64 << 20).unwrap();
+                let mut alloc = Allocator::empty(&geo);
+                let mut data = Vec::new();
+                alloc.alloc_data_pages(4000, &mut data);
+                let old0 = data[0];
+                let page = |pg: u64| match pg {
+                    0 if hole => 0,
+                    _ => data[1 + pg as usize],
+                };
+                let updates: Vec<(u64, u64)> = (0..top).map(|pg| (pg, page(pg))).collect();
+                let mut plan = Plan::default();
+                let mut new_node = || Ok(alloc.alloc_meta_page().unwrap());
+                plan_set(&pool, &geo, (old0, 0), &updates, &mut new_node, &mut plan).unwrap();
+                assert_eq!(plan.old_pages, vec![old0]);
+                let mut root = (old0, 0);
+                apply(&pool, &mut plan, &mut root);
+                for &(pg, p) in &updates {
+                    let got = lookup(&pool, &geo, root.0, root.1, pg).unwrap();
+                    assert_eq!(got, p, "{top} pages, hole {hole}: page {pg}");
+                }
+            }
+        }
     }
 
     #[test]

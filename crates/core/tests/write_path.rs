@@ -108,3 +108,21 @@ fn a_write_in_place_needs_no_reservation() {
     assert_eq!(fs.read_file("/f").unwrap(), want);
     assert_clean(&fs);
 }
+
+/// A one-page file (height 0: its root is page 0's data page), then one write of 600 pages
+/// from offset 0: the index grows by two levels and replaces page 0 in the same plan (the
+/// old page 0 once stayed mapped, the write to it lost and the new page leaked).
+#[test]
+fn a_large_write_over_a_one_page_file_replaces_page_0() {
+    let (p, fs) = new_fs("wp-height0", 64);
+    let opts = OpenOptions::new().read(true).write(true).create(true);
+    let f = fs.open_file("/f", &opts).unwrap();
+    f.write_at(&[b'a'; 100], 0).unwrap();
+    let big = vec![b'b'; 600 * 4096];
+    f.write_at(&big, 0).unwrap();
+    assert!(fs.read_file("/f").unwrap() == big);
+    assert_clean(&fs);
+    drop(f);
+    let fs = remount(&p, fs);
+    assert!(fs.read_file("/f").unwrap() == big);
+}

@@ -184,13 +184,15 @@ impl File {
             .filter(|&(pg, &old)| copies(copy_all, &d, off, pg, old))
             .count();
         fs.take_pages(fresh, &mut s.fresh)?;
-        // A page written in place through the daemon may be replaced by another process
-        // meanwhile (the commit then fails its check). An epoch pin, held through the
-        // commit, keeps it from being reused before the stores into it are fenced, and so
-        // from coming back as the file's page under the commit's check (ABA). Taken after
-        // the reservation (a round trip that may have to reclaim, which a pin would hold
-        // back), and valid only if no commit changed the file since the walk found it.
-        let _pin = if shared && fresh < s.old.len() {
+        // Through the daemon, a page the walk found (written in place, or copied from) may
+        // be replaced by another process meanwhile; the commit then fails its check. An
+        // epoch pin, held through the commit, keeps it from being reused before that check,
+        // and so from coming back as the file's page under it (ABA: a stale copy or a store
+        // in place would then pass), and a page written in place from being reused before
+        // the stores into it are fenced. Taken after the reservation (a round trip that may
+        // have to reclaim, which a pin would hold back), and valid only if no commit changed
+        // the file since the walk. A write of whole pages walks nothing.
+        let _pin = if shared && !whole {
             let pin = core.shared.epochs.pin();
             if !core.shared.seqs.counter(self.handle.ino).ok(at) {
                 fs.untake_pages(s.fresh.iter().copied());
