@@ -240,15 +240,12 @@ impl Server {
         end: u64,
     ) -> Result<Response> {
         // The lists a commit fills are kept from one commit to the next (an error drops
-        // them: the next commit allocates anew).
-        let Scratch {
-            mut plan,
-            mut out,
-            mut items,
-        } = std::mem::take(&mut self.scratch);
-        self.plan_index(d, pages, &mut plan)?;
+        // them: the next commit allocates anew). Boxed, so that taking them moves a pointer.
+        let mut scratch = self.scratch.take().unwrap_or_default();
+        let Scratch { plan, out, items } = &mut *scratch;
+        self.plan_index(d, pages, plan)?;
         out.clear();
-        self.push_plan(h.ino, d, &mut plan, &mut out);
+        self.push_plan(h.ino, d, plan, out);
         // Pages the server replaced by holes (`zero_beyond_eof`) map 0.
         let mapped = pages.iter().filter(|p| p.1 != 0).count() as u64;
         let new_blocks = d.blocks + mapped - plan.old_pages.len() as u64;
@@ -259,15 +256,15 @@ impl Server {
             out.push(self.set64(h.ino, field::SIZE, end));
         }
         let now = self.now();
-        self.touch(h.ino, now, &mut out);
-        if let Err(e) = self.commit(&out, &[h.ino]) {
+        self.touch(h.ino, now, out);
+        if let Err(e) = self.commit(out, &[h.ino]) {
             self.release_nodes(&plan.new_nodes);
             return Err(e);
         }
         items.clear();
         items.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
-        self.retire(&items);
-        self.scratch = Scratch { plan, out, items };
+        self.retire(items);
+        self.scratch = Some(scratch);
         Ok(Response::Done)
     }
 

@@ -72,7 +72,7 @@ pub struct Server {
     open: FastMap<u64, opens::Holders>,
     reservations: FastMap<ClientId, Reserved>,
     /// Reused lists of write commits.
-    scratch: data::Scratch,
+    scratch: Option<Box<data::Scratch>>,
     /// Inodes each client created and has not opened yet (see CREATED_TOKENS).
     created: FastMap<ClientId, Vec<u64>>,
     /// Shared mappings clients hold (see `crate::inode_bits`).
@@ -133,7 +133,7 @@ impl Server {
             checkpoints: 0,
             open: FastMap::default(),
             reservations: FastMap::default(),
-            scratch: data::Scratch::default(),
+            scratch: None,
             created: FastMap::default(),
             mappings: mapped::Mappings::default(),
             reclaim_at: RECLAIM_BATCH,
