@@ -534,6 +534,9 @@ mod tests {
 }
 
 #[cfg(test)]
+mod model_tests;
+
+#[cfg(test)]
 mod plan_tests {
     use super::*;
     use crate::alloc::Allocator;
