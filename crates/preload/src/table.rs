@@ -395,10 +395,12 @@ pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
     old
 }
 
-/// Forget every descriptor in `first..=last`.
+/// Forget every descriptor in `first..=last`. Only slots below `END` can be in use: a
+/// scan of the whole table (`close_range(3, ~0)`, the table cleared at exit) touched
+/// 512 KiB of untouched slots, a page fault per 4 KiB, about 0.3 ms per process.
 pub fn remove_range(first: u32, last: u32) {
-    let end = (last as usize).min(MAX_FDS - 1);
-    for fd in first as usize..=end {
+    let end = END.load(Ordering::Acquire).min(MAX_FDS);
+    for fd in first as usize..end.min(last as usize + 1) {
         if let Some(of) = remove(fd as c_int) {
             drop(of);
         }
