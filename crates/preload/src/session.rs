@@ -225,10 +225,10 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
             .unwrap_or_default();
         return Ok(fs);
     }
-    // A daemon connection keeps its descriptors at 64 and above itself; opening the pool
-    // in-process opens files the pool's code cannot be told where to put.
-    let opened = crate::util::with_low_fds_taken(|| Fs::open(&cfg.pool, &Options::default()));
-    let fs = opened.map_err(|e| {
+    // Both a daemon connection and a pool opened in-process keep their descriptors at 64
+    // and above themselves (what opening the pool opens for a moment lands anywhere, and
+    // is closed again before the program's next call).
+    let fs = Fs::open(&cfg.pool, &Options::default()).map_err(|e| {
         let hint = if e.errno() == libc::EBUSY {
             " (another process has it open: run programs that share a pool under `engram run`, \
              or set ENGRAM_SOCKET to an `engram serve` socket)"

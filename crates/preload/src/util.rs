@@ -191,34 +191,6 @@ pub fn move_high(fd: c_int) -> c_int {
     fd
 }
 
-/// Run `f` (which opens descriptors the shim keeps, inside EngramFS code that cannot be told
-/// where to put them) with every free descriptor below `HIGH_FD` taken, so that what it
-/// opens lands above.
-pub fn with_low_fds_taken<T>(f: impl FnOnce() -> T) -> T {
-    let mut fillers = [-1 as c_int; HIGH_FD as usize];
-    for (fd, slot) in fillers.iter_mut().enumerate() {
-        // SAFETY: probing and filling descriptor numbers with the real calls.
-        unsafe {
-            if crate::real::fcntl(fd as c_int, libc::F_GETFD, 0) >= 0 {
-                continue;
-            }
-            let f = crate::real::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
-            if f < 0 {
-                break;
-            }
-            *slot = f;
-        }
-    }
-    let r = f();
-    for fd in fillers {
-        if fd >= 0 {
-            // SAFETY: closing the fillers we opened.
-            unsafe { crate::real::close(fd) };
-        }
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::SpinRw;

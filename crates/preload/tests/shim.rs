@@ -247,6 +247,29 @@ fn lock_files_of_deleted_files_are_removed_when_the_pool_is_next_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The pool's file, which a process that opens the pool in-process keeps open (it carries
+/// the pool's lock), sits at 64 or above: the shell's own redirections still get the small
+/// numbers, and nothing else of the pool's is left open.
+#[test]
+fn an_in_process_pool_keeps_the_small_descriptor_numbers_free() {
+    let (dir, pool) = fresh_pool("inproc-lowfds");
+    let out = in_process(
+        &pool,
+        r#"echo hi > /mnt/engram/f
+        ls -l /proc/$$/fd | awk '$11 ~ /engram/ { print ($9 < 64 ? "under64" : "over64"), $11 }'
+        exec 3>/mnt/engram/g 4>&3
+        echo three >&3
+        read x < /mnt/engram/g; echo "$x""#,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}\n{stderr}");
+    assert_eq!(lines[0], format!("over64 {}", pool.display()), "{stdout}");
+    assert_eq!(lines[1], "three", "{stdout}\n{stderr}");
+    clean_with(dir, &pool, b"hi\n");
+}
+
 #[test]
 fn in_process_pool_is_exclusive_with_a_clear_error() {
     let (dir, pool) = fresh_pool("inproc");

@@ -110,8 +110,12 @@ impl Fs {
     /// Open (and if needed recover) a pool file. Fails with EBUSY if another process has it.
     pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Fs> {
         let path = path.as_ref();
-        let pool = Pool::open(path)
+        let mut pool = Pool::open(path)
             .map_err(|e| Error::with_msg(crate::error::io_errno(&e), e.to_string()))?;
+        // The pool's descriptor (it carries the lock) stays open for as long as the pool is
+        // mounted: kept above the small numbers, which a program that opens the pool in
+        // its own process (the shim) expects to get for its own files.
+        pool.keep_descriptor_at_or_above(crate::daemon::MIN_FD);
         pool.try_lock_exclusive().map_err(|_| {
             Error::with_msg(
                 libc::EBUSY,
