@@ -51,33 +51,112 @@ fn sorted(mut v: Vec<u64>) -> Vec<u64> {
     v
 }
 
+/// What the test hands out and takes back: retired nodes and data pages are reused first,
+/// and a node comes back filled with garbage, so that a plan that forgets to zero a new
+/// node, or retires one still linked, reads wrong pointers.
+struct Pages<'a> {
+    pool: &'a Pool,
+    alloc: Allocator,
+    data: Vec<u64>,
+    nodes: Vec<u64>,
+}
+
+impl Pages<'_> {
+    fn data_page(&mut self) -> u64 {
+        if self.data.is_empty() {
+            self.alloc.alloc_data_pages(1024, &mut self.data);
+        }
+        self.data.pop().unwrap()
+    }
+
+    fn node(&mut self) -> u64 {
+        let n = self
+            .nodes
+            .pop()
+            .unwrap_or_else(|| self.alloc.alloc_meta_page().unwrap());
+        self.pool.write(n, &[0xA5; PAGE as usize]);
+        n
+    }
+}
+
+/// The nodes reachable from `tree`.
+fn nodes_of(pool: &Pool, geo: &Geometry, tree: (u64, u32)) -> BTreeSet<u64> {
+    let mut nodes = BTreeSet::new();
+    walk(
+        pool,
+        geo,
+        tree.0,
+        tree.1,
+        &mut |n| {
+            nodes.insert(n);
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    nodes
+}
+
+/// Apply `plan` to `tree` and check its node lists against what is reachable before and
+/// after: the nodes it retires were linked and no longer are, those it made are linked,
+/// and the linked ones are exactly `live`'s. Then its retired nodes and pages go back to
+/// `pages` for reuse.
+fn commit(
+    pool: &Pool,
+    geo: &Geometry,
+    plan: &mut Plan,
+    live: &mut BTreeSet<u64>,
+    pages: &mut Pages,
+) -> std::result::Result<(u64, u32), TestCaseError> {
+    let tree = apply(pool, plan);
+    let reachable = nodes_of(pool, geo, tree);
+    for n in &plan.old_nodes {
+        prop_assert!(live.remove(n), "node {:#x} retired but never linked", n);
+        prop_assert!(
+            !reachable.contains(n),
+            "node {:#x} retired but still linked",
+            n
+        );
+    }
+    live.extend(plan.new_nodes.iter().copied());
+    prop_assert_eq!(
+        &reachable,
+        &*live,
+        "linked nodes against those made and not retired"
+    );
+    pages.nodes.extend(plan.old_nodes.iter().copied());
+    pages.data.extend(plan.old_pages.iter().copied());
+    Ok(tree)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
     fn the_index_matches_a_map(ops in proptest::collection::vec(op(), 1..25)) {
         let geo = Geometry::for_size(256 << 20).unwrap();
         let pool = Pool::anonymous(256 << 20).unwrap();
-        let mut alloc = Allocator::empty(&geo);
-        let mut free = Vec::new();
-        alloc.alloc_data_pages(40_000, &mut free);
-        let mut free = free.into_iter();
+        let mut pages = Pages { pool: &pool, alloc: Allocator::empty(&geo), data: Vec::new(), nodes: Vec::new() };
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut live = BTreeSet::new();
         let mut tree = (0u64, 0u32);
         let mut plan = Plan::default();
         for op in ops {
+            let set = |pages: &mut Pages, tree, updates: &[(u64, u64)], plan: &mut Plan| {
+                let cell = std::cell::RefCell::new(pages);
+                let mut new_node = || Ok(cell.borrow_mut().node());
+                plan_set(&pool, &geo, tree, updates, &mut new_node, plan).unwrap();
+            };
             match op {
-                Op::Set(pages) => {
-                    let pages: BTreeMap<u64, bool> = pages.into_iter().collect();
-                    let updates: Vec<(u64, u64)> = pages
+                Op::Set(list) => {
+                    let list: BTreeMap<u64, bool> = list.into_iter().collect();
+                    let updates: Vec<(u64, u64)> = list
                         .iter()
-                        .map(|(&pg, &hole)| (pg, if hole { 0 } else { free.next().unwrap() }))
+                        .map(|(&pg, &hole)| (pg, if hole { 0 } else { pages.data_page() }))
                         .collect();
-                    let mut new_node = || Ok(alloc.alloc_meta_page().unwrap());
-                    plan_set(&pool, &geo, tree, &updates, &mut new_node, &mut plan).unwrap();
+                    set(&mut pages, tree, &updates, &mut plan);
                     let replaced: Vec<u64> =
                         updates.iter().filter_map(|u| model.get(&u.0).copied()).collect();
                     prop_assert_eq!(sorted(plan.old_pages.clone()), sorted(replaced));
-                    tree = apply(&pool, &mut plan);
+                    tree = commit(&pool, &geo, &mut plan, &mut live, &mut pages)?;
                     for &(pg, page) in &updates {
                         match page {
                             0 => model.remove(&pg),
@@ -87,11 +166,10 @@ proptest! {
                 }
                 Op::Restart => {
                     let mut p = plan_truncate(&pool, &geo, tree.0, tree.1, 0).unwrap();
-                    tree = apply(&pool, &mut p);
-                    let page = [(0, free.next().unwrap())];
-                    let mut new_node = || Ok(alloc.alloc_meta_page().unwrap());
-                    plan_set(&pool, &geo, tree, &page, &mut new_node, &mut plan).unwrap();
-                    tree = apply(&pool, &mut plan);
+                    tree = commit(&pool, &geo, &mut p, &mut live, &mut pages)?;
+                    let page = [(0, pages.data_page())];
+                    set(&mut pages, tree, &page, &mut plan);
+                    tree = commit(&pool, &geo, &mut plan, &mut live, &mut pages)?;
                     prop_assert_eq!(tree.1, 0);
                     model.clear();
                     model.insert(0, page[0].1);
@@ -100,7 +178,7 @@ proptest! {
                     let mut p = plan_truncate(&pool, &geo, tree.0, tree.1, keep).unwrap();
                     let dropped: Vec<u64> = model.range(keep..).map(|(_, &p)| p).collect();
                     prop_assert_eq!(sorted(p.old_pages.clone()), sorted(dropped));
-                    tree = apply(&pool, &mut p);
+                    tree = commit(&pool, &geo, &mut p, &mut live, &mut pages)?;
                     model.retain(|&pg, _| pg < keep);
                 }
             }
