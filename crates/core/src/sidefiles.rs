@@ -137,17 +137,28 @@ fn list_with(prefixes: &[String]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Remove the lock and mapping files of the pool at `path` (mounted as `pool`) whose inode
-/// is no longer live; returns how many.
-pub fn remove_dead(path: &Path, pool: &Pool, geo: &Geometry) -> usize {
-    list(path)
-        .iter()
-        .filter(|f| {
-            let named = f.file_name().and_then(|n| inode_of(n.as_encoded_bytes()));
-            !named.is_some_and(|(ino, generation)| is_live(pool, geo, ino, generation))
-        })
-        .filter(|f| std::fs::remove_file(f).is_ok())
-        .count()
+/// Remove the lock and mapping files of pool `id` (mounted as `pool`) whose inode is no
+/// longer live; returns the inode and generation of each mapping file left (one listing
+/// of the directory for both, at every mount).
+pub fn remove_dead(id: u64, pool: &Pool, geo: &Geometry) -> Vec<(u64, u32)> {
+    let map = prefix(MAP, id);
+    let mut maps = Vec::new();
+    for f in list_with(&[prefix(LOCK, id), map.clone()]) {
+        let Some(name) = f.file_name().map(|n| n.as_encoded_bytes()) else {
+            continue;
+        };
+        match inode_of(name) {
+            Some((ino, generation)) if is_live(pool, geo, ino, generation) => {
+                if name.starts_with(map.as_bytes()) {
+                    maps.push((ino, generation));
+                }
+            }
+            _ => {
+                let _ = std::fs::remove_file(&f);
+            }
+        }
+    }
+    maps
 }
 
 /// The inode and generation a side file's name ends with ("...-INO-GEN").

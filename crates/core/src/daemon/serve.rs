@@ -236,7 +236,8 @@ fn run(
         .ok_or_else(|| Error::with_msg(libc::EINVAL, "the pool is not a file"))?;
     let given_path = std::path::absolute(pool_path)?;
     let m = recovery::mount(&pool)?;
-    crate::sidefiles::remove_dead(&abs_path, &pool, &m.sb.geometry);
+    let side_id = crate::sidefiles::pool_id(&abs_path);
+    let map_files = crate::sidefiles::remove_dead(side_id, &pool, &m.sb.geometry);
     if !m.was_clean {
         log(&format!(
             "recovered: {} log records replayed, {} orphans freed",
@@ -253,7 +254,7 @@ fn run(
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     server.drive_backing_retries();
-    server.use_side_files(crate::sidefiles::pool_id(&abs_path));
+    server.use_side_files(side_id, &map_files);
     for e in server.take_backing_errors() {
         log(&e);
     }

@@ -123,13 +123,15 @@ impl Fs {
             )
         })?;
         let fs = Fs::open_pool(pool, opts)?;
-        crate::sidefiles::remove_dead(path, &fs.core.pool, &fs.core.geo);
-        if let (Ok(canonical), Transport::InProcess(m)) =
-            (std::fs::canonicalize(path), &fs.core.transport)
-        {
+        let canonical = std::fs::canonicalize(path);
+        // Side files are named after the canonical path (or the path as given, if it has
+        // gone meanwhile: then only dead ones can be named after it).
+        let id = crate::sidefiles::pool_id(canonical.as_deref().unwrap_or(path));
+        let map_files = crate::sidefiles::remove_dead(id, &fs.core.pool, &fs.core.geo);
+        if let (Ok(_), Transport::InProcess(m)) = (&canonical, &fs.core.transport) {
             let failed = {
                 let mut server = lock(m);
-                server.use_side_files(crate::sidefiles::pool_id(&canonical));
+                server.use_side_files(id, &map_files);
                 server.take_backing_errors()
             };
             // With the server's lock given up: stderr may be a file of this very pool.

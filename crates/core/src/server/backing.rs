@@ -134,11 +134,12 @@ impl Server {
     }
 
     /// Name side files after pool `id` (`sidefiles::pool_id`): only then does the server
-    /// look for backing files left behind. Also writes back those already left (the pool
-    /// was just mounted: no process maps it through this server yet).
-    pub fn use_side_files(&mut self, id: u64) {
+    /// look for backing files left behind. Also writes back those already left, `map_files`
+    /// (as `sidefiles::remove_dead` lists them; the pool was just mounted: no process maps
+    /// it through this server yet).
+    pub fn use_side_files(&mut self, id: u64, map_files: &[(u64, u32)]) {
         self.side_files = Some(id);
-        for (ino, generation) in sidefiles::map_files_of(id) {
+        for &(ino, generation) in map_files {
             if sidefiles::is_live(&self.pool, &self.geo, ino, generation)
                 && self.settle_backing(ino) == Settled::Busy
             {
