@@ -138,9 +138,9 @@ fn list_with(prefixes: &[String]) -> Vec<PathBuf> {
 }
 
 /// Remove the lock and mapping files of pool `id` (mounted as `pool`) whose inode is no
-/// longer live; returns the inode and generation of each mapping file left (one listing
-/// of the directory for both, at every mount).
-pub fn remove_dead(id: u64, pool: &Pool, geo: &Geometry) -> Vec<(u64, u32)> {
+/// longer live; returns the inode of each mapping file left (one listing of the directory
+/// for both, at every mount).
+pub fn remove_dead(id: u64, pool: &Pool, geo: &Geometry) -> Vec<u64> {
     let map = prefix(MAP, id);
     let mut maps = Vec::new();
     for f in list_with(&[prefix(LOCK, id), map.clone()]) {
@@ -150,7 +150,7 @@ pub fn remove_dead(id: u64, pool: &Pool, geo: &Geometry) -> Vec<(u64, u32)> {
         match inode_of(name) {
             Some((ino, generation)) if is_live(pool, geo, ino, generation) => {
                 if name.starts_with(map.as_bytes()) {
-                    maps.push((ino, generation));
+                    maps.push(ino);
                 }
             }
             _ => {

@@ -134,15 +134,14 @@ impl Server {
     }
 
     /// Name side files after pool `id` (`sidefiles::pool_id`): only then does the server
-    /// look for backing files left behind. Also writes back those already left, `map_files`
-    /// (as `sidefiles::remove_dead` lists them; the pool was just mounted: no process maps
-    /// it through this server yet).
-    pub fn use_side_files(&mut self, id: u64, map_files: &[(u64, u32)]) {
+    /// look for backing files left behind. Also writes back those already left, of the
+    /// inodes `map_files` (as `sidefiles::remove_dead` lists them; the pool was just
+    /// mounted: no process maps it through this server yet).
+    pub fn use_side_files(&mut self, id: u64, map_files: &[u64]) {
         self.side_files = Some(id);
-        for &(ino, generation) in map_files {
-            if sidefiles::is_live(&self.pool, &self.geo, ino, generation)
-                && self.settle_backing(ino) == Settled::Busy
-            {
+        // `remove_dead` left only the files of live inodes.
+        for &ino in map_files {
+            if self.settle_backing(ino) == Settled::Busy {
                 // A process of an earlier server still writing: looked at again.
                 self.retry_later(ino);
             }

@@ -47,15 +47,15 @@ struct Staged {
 /// Most pages one reservation request hands out.
 const MAX_RESERVE: u64 = 4096;
 
-/// Zero the bytes in `[from, to)` of pages the file already has: they lie beyond the end of
-/// file (invisible), but may hold old bytes that must read as zeros once the size grows.
-/// Non-temporal stores; the caller fences.
+/// Zero the bytes in `[from, to)` of pages the file already has but those `skip` names:
+/// they lie beyond the end of file (invisible), but may hold old bytes that must read as
+/// zeros once the size grows. Non-temporal stores; the caller fences.
 pub fn zero_range_beyond_eof(
     pool: &Pool,
     geo: &Geometry,
     d: &InodeData,
-    from: u64,
-    to: u64,
+    (from, to): (u64, u64),
+    skip: &dyn Fn(u64) -> bool,
 ) -> Result<()> {
     if from >= to {
         return Ok(());
@@ -68,9 +68,11 @@ pub fn zero_range_beyond_eof(
         from / PAGE,
         to.div_ceil(PAGE),
         &mut |pg, page| {
-            let start = (pg * PAGE).max(from);
-            let end = ((pg + 1) * PAGE).min(to);
-            pool.zero_nt(page + start - pg * PAGE, end - start);
+            if !skip(pg) {
+                let start = (pg * PAGE).max(from);
+                let end = ((pg + 1) * PAGE).min(to);
+                pool.zero_nt(page + start - pg * PAGE, end - start);
+            }
         },
     )
 }
@@ -243,15 +245,8 @@ impl Server {
         // them: the next commit allocates anew). Boxed, so that taking them moves a pointer.
         let mut scratch = self.scratch.take().unwrap_or_default();
         let Scratch { plan, out, items } = &mut *scratch;
-        self.plan_index(d, pages, plan)?;
         out.clear();
-        self.push_plan(h.ino, d, plan, out);
-        // Pages the server replaced by holes (`zero_beyond_eof`) map 0.
-        let mapped = pages.iter().filter(|p| p.1 != 0).count() as u64;
-        let new_blocks = d.blocks + mapped - plan.old_pages.len() as u64;
-        if new_blocks != d.blocks {
-            out.push(self.set64(h.ino, field::BLOCKS, new_blocks));
-        }
+        self.stage_pages(h.ino, d, pages, plan, out)?;
         if end > d.size {
             out.push(self.set64(h.ino, field::SIZE, end));
         }
@@ -405,18 +400,17 @@ impl Server {
         allocated: std::ops::Range<u64>,
         skip: &dyn Fn(u64) -> bool,
     ) -> Result<Vec<(u64, u64)>> {
-        if from >= to {
+        if in_place || from >= to {
+            zero_range_beyond_eof(&self.pool, &self.geo, d, (from, to), skip)?;
             return Ok(Vec::new());
         }
-        let pool = self.pool.clone();
-        let (first, last) = (from / PAGE, to.div_ceil(PAGE));
         let mut old = Vec::new();
-        let (root, height) = (d.root, d.height);
+        let (first, last) = (from / PAGE, to.div_ceil(PAGE));
         index::for_each_page(
-            &pool,
+            &self.pool,
             &self.geo,
-            root,
-            height,
+            d.root,
+            d.height,
             first,
             last,
             &mut |pg, page| {
@@ -425,33 +419,47 @@ impl Server {
                 }
             },
         )?;
-        if in_place {
-            for &(pg, page) in &old {
-                let start = (pg * PAGE).max(from);
-                let end = ((pg + 1) * PAGE).min(to);
-                pool.zero_nt(page + start - pg * PAGE, end - start);
-            }
-            return Ok(Vec::new());
-        }
-        let needs_page = |&&(pg, _): &&(u64, u64)| pg * PAGE < from || allocated.contains(&pg);
-        let fresh = self.alloc_data(old.iter().filter(needs_page).count())?;
+        let needs_page = |pg: u64| pg * PAGE < from || allocated.contains(&pg);
+        let fresh = self.alloc_data(old.iter().filter(|o| needs_page(o.0)).count())?;
         let mut fresh = fresh.into_iter();
         let mut buf = vec![0u8; PAGE as usize];
         let mut replaced = Vec::with_capacity(old.len());
-        for o @ &(pg, page) in &old {
-            let new = match needs_page(&o) {
+        for &(pg, page) in &old {
+            let new = match needs_page(pg) {
                 true => fresh.next().ok_or(Error::EIO)?,
                 false => 0,
             };
             if new != 0 {
                 let keep = from.saturating_sub(pg * PAGE).min(PAGE) as usize;
-                pool.read(page, &mut buf[..keep]);
+                self.pool.read(page, &mut buf[..keep]);
                 buf[keep..].fill(0);
-                pool.copy_nt(new, &buf);
+                self.pool.copy_nt(new, &buf);
             }
             replaced.push((pg, new));
         }
         Ok(replaced)
+    }
+
+    /// Stage mapping `updates` (page number, data page, or 0 for a hole: `zero_beyond_eof`)
+    /// into inode `ino` (`d`): the index stores and the block count go into `out`; `plan`
+    /// keeps the nodes it made (to release if the commit fails; planning that fails
+    /// releases them itself) and the pages the updates replace (to retire once committed).
+    fn stage_pages(
+        &mut self,
+        ino: u64,
+        d: &InodeData,
+        updates: &[(u64, u64)],
+        plan: &mut index::Plan,
+        out: &mut Vec<Entry>,
+    ) -> Result<()> {
+        self.plan_index(d, updates, plan)?;
+        self.push_plan(ino, d, plan, out);
+        let mapped = updates.iter().filter(|u| u.1 != 0).count() as u64;
+        let blocks = d.blocks + mapped - plan.old_pages.len() as u64;
+        if blocks != d.blocks {
+            out.push(self.set64(ino, field::BLOCKS, blocks));
+        }
+        Ok(())
     }
 
     /// Plan an index update into `plan`, allocating (zeroed) nodes (`plan.new_nodes`, to
@@ -626,14 +634,9 @@ impl Server {
             if !replaced.is_empty() {
                 fresh = fresh_pages(&replaced);
                 let mut plan = index::Plan::default();
-                if let Err(e) = self.plan_index(d, &replaced, &mut plan) {
+                if let Err(e) = self.stage_pages(ino, d, &replaced, &mut plan, out) {
                     self.release_data_pages(&fresh);
                     return Err(e);
-                }
-                self.push_plan(ino, d, &mut plan, out);
-                let blocks = d.blocks + fresh.len() as u64 - plan.old_pages.len() as u64;
-                if blocks != d.blocks {
-                    out.push(self.set64(ino, field::BLOCKS, blocks));
                 }
                 retired.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
                 new_nodes = plan.new_nodes;
@@ -728,16 +731,9 @@ impl Server {
         self.pool.fence();
         let mut out = Vec::new();
         let mut plan = index::Plan::default();
-        if let Err(e) = self.plan_index(&d, &updates, &mut plan) {
+        if let Err(e) = self.stage_pages(h.ino, &d, &updates, &mut plan, &mut out) {
             self.release_data_pages(&pages);
             return Err(e);
-        }
-        self.push_plan(h.ino, &d, &mut plan, &mut out);
-        // The holes filled, plus the pages beyond the end of file replaced (each by one
-        // page or a hole) if another client may be writing in place.
-        let blocks = d.blocks + pages.len() as u64 - plan.old_pages.len() as u64;
-        if blocks != d.blocks {
-            out.push(self.set64(h.ino, field::BLOCKS, blocks));
         }
         let now = self.now();
         if !keep_size && end > d.size {

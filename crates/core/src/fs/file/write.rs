@@ -332,7 +332,7 @@ impl File {
         }
         run.copy(pool, data);
         if !shared && off > d.size {
-            zero_range_beyond_eof(pool, &core.geo, d, d.size, off)?;
+            zero_range_beyond_eof(pool, &core.geo, d, (d.size, off), &|_| false)?;
         }
         Ok(())
     }
