@@ -220,23 +220,42 @@ impl Entry {
     }
 }
 
-/// Lines a record's in-place stores changed and that are not yet written back, as up to four
-/// runs of whole lines `[start, end)`.
+/// Lines the records' in-place stores changed and that are not yet written back, as up to
+/// `RUNS` runs of whole lines `[start, end)`.
 ///
-/// The server keeps the last record's runs and writes them back just before the next
-/// record's fence (or at a durability point: checkpoint, fsync, unmount), instead of right
-/// after the stores. The log makes the stores redundant until a checkpoint moves the head
-/// past their record, so they need not be durable sooner; written back at once, the first
-/// locked instruction after them (then the epoch's tag, the server's lock) waited for the
-/// write-backs to finish: a third of a 4 KiB overwrite. Deferred, they drain during the
-/// next operation, overlapped with its own record.
-#[derive(Clone, Copy, Debug, Default)]
+/// The log makes the in-place stores redundant until a checkpoint moves the head past
+/// their records, so they need not be durable sooner: the server writes them back at a
+/// durability point (checkpoint, fsync, unmount), or the older half of them when a new
+/// line finds no run free, never right after the stores. Written back at once, the first locked
+/// instruction after them waited for the write-backs to finish (a third of a 4 KiB
+/// overwrite). Written back with the next record (until 2026-11-26), the lines every
+/// operation on a file stores to again (its inode, the index leaf, a directory's inode)
+/// were written back every time, and where `clwb` evicts the line (AMD's processors: a
+/// load after it takes 435 cycles here, 47 without) the next operation's stores and
+/// loads missed on each; on persistent memory every write-back also costs media
+/// bandwidth. Kept, a hot line stays in the newer runs and is written back once per
+/// checkpoint or per `RUNS / 2` distinct runs.
+#[derive(Clone, Debug)]
 pub struct Unflushed {
-    runs: [(u64, u64); 4],
+    runs: [(u64, u64); Unflushed::RUNS],
     n: usize,
 }
 
+impl Default for Unflushed {
+    fn default() -> Unflushed {
+        Unflushed {
+            runs: [(0, 0); Unflushed::RUNS],
+            n: 0,
+        }
+    }
+}
+
 impl Unflushed {
+    /// Runs kept: a few operations' worth of distinct lines. Each store looks through them.
+    pub const RUNS: usize = 32;
+    /// Runs a new line is looked for in, newest first.
+    const SEARCHED: usize = 8;
+
     /// The runs, as `[start, end)` byte ranges of whole lines.
     pub fn ranges(&self) -> &[(u64, u64)] {
         &self.runs[..self.n]
@@ -250,30 +269,41 @@ impl Unflushed {
         self.n = 0;
     }
 
-    /// Add the lines of `[off, off + len)`; a range that fits in no run (all four taken by
-    /// other lines) is written back at once.
+    /// Add the lines of `[off, off + len)`; when no run is free for them, the older half
+    /// of the runs is written back first (not fenced: the next record's fence or a
+    /// durability point drains them).
     fn add(&mut self, pool: &Pool, off: u64, len: u64) {
         const LINE: u64 = CACHE_LINE - 1;
         let (start, end) = (off & !LINE, (off + len + LINE) & !LINE);
-        for run in &mut self.runs[..self.n] {
+        // Only the newest runs are searched: a record's stores mostly fall in lines it or
+        // the record before stored to, and a search of all 32 took a tenth of a create. A
+        // line found in no run searched gets a run of its own, and may be written back
+        // twice.
+        let searched = self.n.saturating_sub(Self::SEARCHED)..self.n;
+        for run in self.runs[searched].iter_mut().rev() {
             // Overlapping or touching: one run (never a line that was not stored to).
             if start <= run.1 && run.0 <= end {
                 *run = (run.0.min(start), run.1.max(end));
                 return;
             }
         }
-        if let Some(run) = self.runs.get_mut(self.n) {
-            *run = (start, end);
-            self.n += 1;
-        } else {
-            pool.flush(off, len);
+        if self.n == Self::RUNS {
+            // The older half goes back; the newer, where the lines stored to again are,
+            // stays.
+            let half = Self::RUNS / 2;
+            for &(start, end) in &self.runs[..half] {
+                pool.flush(start, end - start);
+            }
+            self.runs.copy_within(half.., 0);
+            self.n -= half;
         }
+        self.runs[self.n] = (start, end);
+        self.n += 1;
     }
 }
 
 /// Apply every entry of a record in place, not written back: the lines it stored to are
-/// added to `lines`, for the caller to write back before its next fence (replay does at
-/// once). Filled in place rather than returned: copying the returned runs out reloaded
+/// added to `lines`, for the caller to write back by its next durability point. Filled in place rather than returned: copying the returned runs out reloaded
 /// words just stored in halves, a load the store buffer cannot forward, which waited for
 /// every earlier store (`perf annotate`: 15 % of a create at 1,000,000 entries).
 ///
@@ -450,13 +480,34 @@ mod tests {
         got
     }
 
+    /// The lines written back while `apply` runs and at a final flush, each with the
+    /// contents it was written back with, in order.
+    fn written_back(pool: &Pool, apply: impl FnOnce(&mut Unflushed)) -> Vec<(u64, [u8; 64])> {
+        use engram_pmem::Event;
+        pool.start_recording();
+        let mut lines = Unflushed::default();
+        apply(&mut lines);
+        lines.flush(pool);
+        let rec = pool.stop_recording().unwrap();
+        let flushes = rec.events.iter().map(|e| match e {
+            Event::Flush { line, data } => (*line, *data),
+            other => panic!("unexpected {other:?}"),
+        });
+        let flushes: Vec<_> = flushes.collect();
+        // Whatever the order, each line's last write-back holds its final contents.
+        let last: std::collections::HashMap<u64, [u8; 64]> = flushes.iter().copied().collect();
+        for (line, data) in last {
+            assert_eq!(data, pool.read_array::<64>(line), "line {line:#x}");
+        }
+        flushes
+    }
+
     /// `apply_all` writes back exactly the lines its entries stored to, each once, the last
     /// time with their final contents; more runs than it keeps are still written back.
     #[test]
     fn apply_all_writes_back_each_line_stored_to_once() {
-        use engram_pmem::Event;
         let pool = Pool::anonymous(1 << 20).unwrap();
-        let mut entries = vec![
+        let entries = vec![
             Entry::set64(0x1008, 1),
             Entry::set64(0x1010, 2),
             Entry::Seq {
@@ -467,38 +518,52 @@ mod tests {
             },
             Entry::short(0x4001, b"abc"),
             Entry::set32(0x1000, 3),
+            Entry::set64(0x4008, 5),
         ];
-        // Ten more distinct lines, far apart: more than the runs kept.
-        entries.extend((0..10).map(|i| Entry::set64(0x8000 + i * 0x400, i)));
-        entries.extend([Entry::set64(0x8000, 98), Entry::set64(0x9000, 99)]);
-        pool.start_recording();
-        let mut lines = Unflushed::default();
-        apply_all(&pool, &entries, &mut lines);
-        lines.flush(&pool);
-        let rec = pool.stop_recording().unwrap();
-        let mut last = std::collections::HashMap::new();
-        let mut lines: Vec<u64> = rec
-            .events
-            .iter()
-            .map(|e| match e {
-                Event::Flush { line, data } => {
-                    last.insert(*line, *data);
-                    *line
-                }
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
-        for (line, data) in last {
-            assert_eq!(data, pool.read_array::<64>(line), "line {line:#x}");
-        }
+        let flushes = written_back(&pool, |l| apply_all(&pool, &entries, l));
+        let mut lines: Vec<u64> = flushes.iter().map(|f| f.0).collect();
         lines.sort_unstable();
-        let mut want = vec![0x1000, 0x1040, 0x4000];
-        want.extend((0..10).map(|i| 0x8000 + i * 0x400));
-        // 0x8000 is in a kept run; 0x9000 came after the runs were all taken, so each of its
-        // stores was written back at once: the one duplicate allowed.
-        want.push(0x9000);
+        assert_eq!(lines, [0x1000, 0x1040, 0x4000]);
+    }
+
+    /// More distinct lines than the runs kept: all are written back, the older half of the
+    /// runs when a line finds none free; a line stored to again after that goes back once
+    /// more.
+    #[test]
+    fn apply_all_writes_back_the_older_runs_when_they_are_all_taken() {
+        let pool = Pool::anonymous(1 << 20).unwrap();
+        let far = |i: u64| 0x8000 + i * 0x400;
+        let (runs, half) = (Unflushed::RUNS as u64, Unflushed::RUNS / 2);
+        let count = runs + 3;
+        let mut entries: Vec<Entry> = (0..count).map(|i| Entry::set64(far(i), i + 1)).collect();
+        entries.push(Entry::set64(far(0), 98));
+        let flushes = written_back(&pool, |l| apply_all(&pool, &entries, l));
+        let lines: Vec<u64> = flushes.iter().map(|f| f.0).collect();
+        // The oldest half of the runs went back together when line RUNS came.
+        let oldest: Vec<u64> = (0..half as u64).map(far).collect();
+        assert_eq!(lines[..half], oldest);
+        let mut rest = lines[half..].to_vec();
+        rest.sort_unstable();
+        let mut want: Vec<u64> = (half as u64..count).map(far).collect();
+        want.push(far(0));
         want.sort_unstable();
-        assert_eq!(lines, want);
+        assert_eq!(rest, want);
+    }
+
+    /// Records that store to the same lines again (an inode's times, an index leaf) leave
+    /// each line to be written back once, not once per record.
+    #[test]
+    fn lines_stored_to_by_several_records_are_written_back_once() {
+        let pool = Pool::anonymous(1 << 20).unwrap();
+        let record = |i: u64| vec![Entry::set64(0x1008, i), Entry::set64(0x2000 + 8 * i, i)];
+        let flushes = written_back(&pool, |l| {
+            for i in 0..5 {
+                apply_all(&pool, &record(i), l);
+            }
+        });
+        let mut lines: Vec<u64> = flushes.iter().map(|f| f.0).collect();
+        lines.sort_unstable();
+        assert_eq!(lines, [0x1000, 0x2000]);
     }
 
     /// The log format must not change: entries encode to these exact words, `Short`

@@ -130,7 +130,8 @@ fn failed_write_back_of_the_last_operations_stores_fails_the_next_before_its_rec
     fs.mkdir("/last", 0o755).unwrap();
     fs.write_file("/first/a", b"a").unwrap();
     // The unlink's in-place stores (among them /first's size and times, in the first page)
-    // are written back with the next record (architecture.md item 18). The disk fails that
+    // are not written back with its record (architecture.md item 18); on an ordinary file
+    // they are synced before the next record is written. The disk fails that
     // page only: the create in /last, whose own new structures are elsewhere, must fail
     // before its record is written. (Had its record been written and the error reported
     // after it, the create would undo its new inode while the record publishes its name.)

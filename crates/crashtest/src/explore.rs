@@ -60,8 +60,8 @@ fn region(geo: &Geometry, off: u64) -> String {
 }
 
 /// Byte ranges where `live` and `durable` differ, described, but for the `deferred` ones
-/// (the last record's in-place stores, written back with the next record: covered by the
-/// log until then).
+/// (records' in-place stores the server has not written back yet: covered by the log until
+/// then).
 fn unflushed(geo: &Geometry, live: &[u8], durable: &[u8], deferred: &[(u64, u64)]) -> Vec<String> {
     let is_deferred = |i: usize| deferred.iter().any(|&(s, e)| (s..e).contains(&(i as u64)));
     let mut out = Vec::new();

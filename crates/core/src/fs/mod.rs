@@ -252,8 +252,8 @@ impl Fs {
         v
     }
 
-    /// Byte ranges of the pool the last committed record stored to in place and the server
-    /// has not written back yet (they go with the next record's fence: `oplog::Unflushed`).
+    /// Byte ranges of the pool committed records stored to in place and the server has not
+    /// written back yet (the log covers them until a durability point: `oplog::Unflushed`).
     /// In-process only (empty through the daemon); the crash harness checks that nothing
     /// else is left unflushed after an operation.
     pub fn write_back_pending(&self) -> Vec<(u64, u64)> {

@@ -34,11 +34,12 @@ struct Found {
 /// before anything is applied: a refused log leaves the pool untouched.
 pub fn replay(pool: &Pool, geo: &Geometry, head: LogHead) -> Result<Replayed> {
     let (records, end) = scan(pool, geo, head)?;
+    // Lines many records store to (an inode, a directory's lines) are written back once.
     let mut lines = super::Unflushed::default();
     for entries in &records {
         apply_all(pool, entries, &mut lines);
-        lines.flush(pool);
     }
+    lines.flush(pool);
     pool.fence();
     Ok(Replayed {
         records: records.len() as u64,

@@ -85,8 +85,7 @@ pub struct Server {
     /// is durable is then unknown, so the pool takes no more changes until it is reopened
     /// (like ext4's `errors=remount-ro`).
     failed: Option<String>,
-    /// The last record's in-place stores, written back before the next fence
-    /// (`oplog::Unflushed`).
+    /// Records' in-place stores not yet written back (`oplog::Unflushed`).
     unflushed: oplog::Unflushed,
     /// Where names of large directories were last found (prefetch hints only).
     dir_hints: RefCell<dir::Hints>,
@@ -328,11 +327,12 @@ impl Server {
         if self.log.needs_checkpoint(len) {
             self.checkpoint()?;
         }
-        // The last record's in-place stores drain with this record, under its fence. On an
-        // ordinary file that fence is an `msync`, and a failure to write back what came
-        // before would be reported only once this record may be durable, too late to undo
-        // its operation: there everything before the record is synced and checked first.
-        self.unflushed.flush(&self.pool);
+        // Earlier records' in-place stores stay cached until a durability point or until
+        // their runs are all taken (`oplog::Unflushed`): the log covers them. On an
+        // ordinary file the record's fence is an `msync`, and a failure to write back what
+        // came before would be reported only once this record may be durable, too late to
+        // undo its operation: there everything before the record is synced and checked
+        // first.
         if self.pool.media() == engram_pmem::Media::File {
             self.sync_point("persisting new structures")?;
         } else {
