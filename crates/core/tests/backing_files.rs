@@ -113,3 +113,35 @@ fn a_backing_file_made_by_someone_who_may_not_write_the_file_is_not_written_back
     );
     let _ = std::fs::remove_file(&name);
 }
+
+/// What `Fs::open` could not write back is reported through `Options::warn` when one is
+/// given (the shim's, which writes with the real `write(2)`), not printed to standard error.
+#[test]
+fn what_open_could_not_write_back_goes_to_the_warn_option() {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    fn record(line: &str) {
+        WARNED.lock().unwrap().push(line.to_string());
+    }
+    // SAFETY: geteuid has no failure.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making a file of another user needs root");
+        return;
+    }
+    let (p, name) = pool_with_file("warned");
+    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
+    std::os::unix::fs::chown(&name, Some(65534), Some(65534)).unwrap();
+    let opts = engram_core::Options {
+        warn: Some(record),
+        ..Default::default()
+    };
+    let fs = Fs::open(p.path(), &opts).unwrap();
+    assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
+    let warned = WARNED.lock().unwrap().clone();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains(&name) && warned[0].contains("may not write"),
+        "{warned:?}"
+    );
+    drop(fs);
+    let _ = std::fs::remove_file(&name);
+}

@@ -16,6 +16,7 @@ pub const LOG_LEN: u64 = 16 << 10;
 fn options() -> Options {
     Options {
         creds: Some(Creds::root()),
+        ..Options::default()
     }
 }
 

@@ -228,7 +228,11 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
     // Both a daemon connection and a pool opened in-process keep their descriptors at 64
     // and above themselves (what opening the pool opens for a moment lands anywhere, and
     // is closed again before the program's next call).
-    let fs = Fs::open(&cfg.pool, &Options::default()).map_err(|e| {
+    let opts = Options {
+        warn: Some(crate::util::warn),
+        ..Options::default()
+    };
+    let fs = Fs::open(&cfg.pool, &opts).map_err(|e| {
         let hint = if e.errno() == libc::EBUSY {
             " (another process has it open: run programs that share a pool under `engram run`, \
              or set ENGRAM_SOCKET to an `engram serve` socket)"

@@ -41,6 +41,11 @@ const IN_PROCESS_CLIENT: ClientId = 1;
 pub struct Options {
     /// Act as these credentials (default: the process's effective ones).
     pub creds: Option<Creds>,
+    /// Where `Fs::open` reports what it found and could not mend (a mapping's stores it
+    /// could not write back), one line each; standard error if not set. The shim gives
+    /// its own, which writes with the real `write(2)`: its standard error may be a file
+    /// of this very pool, whose interposed write would need the connection being made.
+    pub warn: Option<fn(&str)>,
 }
 
 /// What mounting found.
@@ -136,7 +141,10 @@ impl Fs {
             };
             // With the server's lock given up: stderr may be a file of this very pool.
             for e in failed {
-                eprintln!("engram: {e}");
+                match opts.warn {
+                    Some(warn) => warn(&e),
+                    None => eprintln!("engram: {e}"),
+                }
             }
         }
         Ok(fs)
