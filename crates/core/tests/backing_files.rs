@@ -145,3 +145,26 @@ fn what_open_could_not_write_back_goes_to_the_warn_option() {
     drop(fs);
     let _ = std::fs::remove_file(&name);
 }
+
+/// The mount says which number names its side files: the canonical path's, whatever path
+/// the pool was opened by (the shim takes it from there); a pool opened from memory has none.
+#[test]
+fn the_mount_names_its_side_files_after_the_canonical_path() {
+    let (p, _) = pool_with_file("named");
+    let canonical = std::fs::canonicalize(p.path()).unwrap();
+    let link = canonical.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&canonical, &link).unwrap();
+    let fs = Fs::open(&link, &Default::default()).unwrap();
+    assert_eq!(
+        fs.mount_info().side_files,
+        Some(sidefiles::pool_id(&canonical))
+    );
+    drop(fs);
+    std::fs::remove_file(&link).unwrap();
+    let memory = engram_pmem::Pool::anonymous(16 << 20).unwrap();
+    let geo = engram_core::layout::Geometry::for_size(16 << 20).unwrap();
+    engram_core::mkfs::format(&memory, &geo);
+    let fs = Fs::open_pool(memory, &Default::default()).unwrap();
+    assert_eq!(fs.mount_info().side_files, None);
+}

@@ -5,11 +5,8 @@
 
 use crate::route::config;
 use crate::util::{Res, warn};
-use engram_core::{Fs, Options, sidefiles};
+use engram_core::{Fs, Options};
 use libc::c_int;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::ptr::null_mut;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -219,10 +216,7 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
             )
         })?;
         s.mode = Mode::Daemon;
-        s.pool_id = fs
-            .remote()
-            .map(|r| sidefiles::pool_id(Path::new(OsStr::from_bytes(&r.hello.pool_path))))
-            .unwrap_or_default();
+        s.pool_id = fs.mount_info().side_files.unwrap_or_default();
         return Ok(fs);
     }
     // Both a daemon connection and a pool opened in-process keep their descriptors at 64
@@ -247,8 +241,7 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
     })?;
     s.mode = Mode::InProcess;
     crate::reclocks::set_in_process();
-    let canon = std::fs::canonicalize(&cfg.pool).unwrap_or_else(|_| cfg.pool.clone());
-    s.pool_id = sidefiles::pool_id(&canon);
+    s.pool_id = fs.mount_info().side_files.unwrap_or_default();
     Ok(fs)
 }
 

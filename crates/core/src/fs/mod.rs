@@ -57,6 +57,9 @@ pub struct MountInfo {
     pub orphans_freed: u64,
     pub problems: Vec<String>,
     pub geometry: Geometry,
+    /// The number naming the pool's side files (`sidefiles::pool_id` of its canonical
+    /// path), for a pool opened by its path or through a daemon.
+    pub side_files: Option<u64>,
 }
 
 /// How requests reach the server. The daemon adds a shared-memory transport beside this one.
@@ -127,11 +130,11 @@ impl Fs {
                 format!("pool {} is in use by another process", path.display()),
             )
         })?;
-        let fs = Fs::open_pool(pool, opts)?;
         let canonical = std::fs::canonicalize(path);
         // Side files are named after the canonical path (or the path as given, if it has
         // gone meanwhile: then only dead ones can be named after it).
         let id = crate::sidefiles::pool_id(canonical.as_deref().unwrap_or(path));
+        let fs = Fs::open_mapped(pool, opts, Some(id))?;
         let map_files = crate::sidefiles::remove_dead(id, &fs.core.pool, &fs.core.geo);
         if let (Ok(_), Transport::InProcess(m)) = (&canonical, &fs.core.transport) {
             let failed = {
@@ -152,6 +155,11 @@ impl Fs {
 
     /// Open an already mapped pool (a file, or memory in tests and the crash harness).
     pub fn open_pool(pool: Pool, opts: &Options) -> Result<Fs> {
+        Fs::open_mapped(pool, opts, None)
+    }
+
+    /// `open_pool`, for a pool whose side files are named `side_files`.
+    fn open_mapped(pool: Pool, opts: &Options, side_files: Option<u64>) -> Result<Fs> {
         let pool = Arc::new(pool);
         let m = recovery::mount(&pool)?;
         let geo = m.sb.geometry;
@@ -168,6 +176,7 @@ impl Fs {
             orphans_freed: m.orphans_freed,
             problems: m.problems,
             geometry: geo,
+            side_files,
         };
         let server = Server::start(pool.clone(), m.sb, m.alloc, m.head, shared.clone());
         Ok(Fs {
@@ -214,6 +223,7 @@ impl Fs {
             orphans_freed: 0,
             problems: Vec::new(),
             geometry: geo,
+            side_files: Some(crate::sidefiles::pool_id(Path::new(&path))),
         };
         Ok(Fs {
             core: Arc::new(Core {
