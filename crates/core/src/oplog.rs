@@ -279,11 +279,14 @@ impl Unflushed {
         // the record before stored to, and a search of all 32 took a tenth of a create. A
         // line found in no run searched gets a run of its own, and may be written back
         // twice.
-        let searched = self.n.saturating_sub(Self::SEARCHED)..self.n;
-        for run in self.runs[searched].iter_mut().rev() {
+        for i in (self.n.saturating_sub(Self::SEARCHED)..self.n).rev() {
+            let run = &mut self.runs[i];
             // Overlapping or touching: one run (never a line that was not stored to).
             if start <= run.1 && run.0 <= end {
                 *run = (run.0.min(start), run.1.max(end));
+                // Made the newest, so that a line stored to again and again stays among
+                // the runs searched and is not written back with the older half.
+                self.runs.swap(i, self.n - 1);
                 return;
             }
         }
@@ -548,6 +551,25 @@ mod tests {
         want.push(far(0));
         want.sort_unstable();
         assert_eq!(rest, want);
+    }
+
+    /// A line stored to by every record, among ever new lines (a directory's inode among
+    /// its new entries): it stays among the runs searched and out of the older half, so
+    /// it goes back once, at the end, however many runs were written back meanwhile.
+    #[test]
+    fn a_line_stored_to_again_and_again_stays_unflushed() {
+        let pool = Pool::anonymous(1 << 20).unwrap();
+        let hot = 0x1000;
+        let records = 3 * Unflushed::RUNS as u64;
+        let flushes = written_back(&pool, |l| {
+            for i in 0..records {
+                let record = [Entry::set64(hot, i), Entry::set64(0x8000 + i * 0x400, i)];
+                apply_all(&pool, &record, l);
+            }
+        });
+        let hot_flushes = flushes.iter().filter(|f| f.0 == hot).count();
+        assert_eq!(hot_flushes, 1);
+        assert_eq!(flushes.len() as u64, records + 1);
     }
 
     /// Records that store to the same lines again (an inode's times, an index leaf) leave

@@ -1,5 +1,6 @@
 //! Workloads: the operations the harness runs, the fixed starting tree, and the generated
-//! sets (every single operation, ordered pairs, random sequences).
+//! sets (every single operation, ordered pairs, random sequences, and one that stores to
+//! more lines in place than the server keeps unflushed).
 
 use engram_core::{Fs, OpenOptions, RENAME_EXCHANGE, RENAME_NOREPLACE, Result};
 
@@ -203,6 +204,26 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
+}
+
+/// More distinct lines stored to in place between two checkpoints than the server keeps
+/// unflushed (`oplog::Unflushed::RUNS`): 40 creates, then a chmod of each file (each its
+/// own inode's line, a run of its own), so that the older runs are written back while
+/// later records are made; then writes and unlinks over them. Without it no workload
+/// reaches that write-back (the log's checkpoints empty the runs first).
+pub fn many_lines() -> Vec<Op> {
+    let n = 40;
+    let name = |i: u64| format!("/f{i}");
+    let mut ops: Vec<Op> = (0..n).map(|i| Op::Create(name(i))).collect();
+    ops.extend((0..n).map(|i| Op::Chmod(name(i), 0o600 + i as u32)));
+    ops.extend((0..4).map(|i| Op::Write {
+        path: name(i * 7),
+        off: 0,
+        len: 100,
+        seed: i as u8,
+    }));
+    ops.extend((0..4).map(|i| Op::Unlink(name(i * 5 + 1))));
+    ops
 }
 
 /// A random sequence of `len` operations over a small set of names, so that they collide.
