@@ -153,7 +153,7 @@ impl Server {
 
     /// See `Fs::write_back_pending`.
     pub fn write_back_pending(&self) -> Vec<(u64, u64)> {
-        self.unflushed.ranges().to_vec()
+        self.unflushed.ranges().collect()
     }
 
     /// Log activity since the pool was opened.
