@@ -89,18 +89,27 @@ fn a_backing_file_a_process_holds_is_left_unmarked_and_not_written_back() {
     assert!(!Path::new(&name).exists(), "the backing file was left");
 }
 
+/// `pool_with_file`, with a backing file marked current but owned by another user (nobody),
+/// who may not write /f; None (the test skipped) unless this runs as root.
+fn planted_by_another_user(tag: &str) -> Option<(PoolFile, String)> {
+    // SAFETY: geteuid has no failure.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making a file of another user needs root");
+        return None;
+    }
+    let (p, name) = pool_with_file(tag);
+    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
+    std::os::unix::fs::chown(&name, Some(65534), Some(65534)).unwrap();
+    Some((p, name))
+}
+
 /// A file planted in /dev/shm under the backing file's name by a user who may not write the
 /// file is never written back into it; one that others may write is not even touched.
 #[test]
 fn a_backing_file_made_by_someone_who_may_not_write_the_file_is_not_written_back() {
-    // SAFETY: geteuid has no failure.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: making a file of another user needs root");
+    let Some((p, name)) = planted_by_another_user("planted") else {
         return;
-    }
-    let (p, name) = pool_with_file("planted");
-    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
-    std::os::unix::fs::chown(&name, Some(65534), Some(65534)).unwrap();
+    };
     let fs = p.open();
     assert_eq!(fs.read_file("/f").unwrap(), vec![b'a'; SIZE]);
     drop(fs);
@@ -122,14 +131,9 @@ fn what_open_could_not_write_back_goes_to_the_warn_option() {
     fn record(line: &str) {
         WARNED.lock().unwrap().push(line.to_string());
     }
-    // SAFETY: geteuid has no failure.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: making a file of another user needs root");
+    let Some((p, name)) = planted_by_another_user("warned") else {
         return;
-    }
-    let (p, name) = pool_with_file("warned");
-    leave(&name, &image(), 0o600 | sidefiles::MAP_CURRENT);
-    std::os::unix::fs::chown(&name, Some(65534), Some(65534)).unwrap();
+    };
     let opts = engram_core::Options {
         warn: Some(record),
         ..Default::default()
