@@ -40,7 +40,7 @@ const AFTER_A_WRITE: std::time::Duration = std::time::Duration::from_millis(2);
 /// later writes come only from mappings written back, not from writes to copy.
 const GATE_LONG_ENOUGH: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Where the shim's fill lock lies in a backing file (`mmap.rs`'s `FillLock::AT`), and the
+/// Where the shim's fill lock lies in a backing file (`mmap/backing.rs`'s `FillLock::AT`), and the
 /// gate byte every taker passes (`FillLock::GATE`).
 const FILL_LOCK_AT: i64 = 1 << 62;
 const FILL_GATE: i64 = FILL_LOCK_AT + 1;
@@ -246,7 +246,7 @@ impl Server {
 
     /// No counted mapping of `ino` is left, and none of their processes died: remove its
     /// backing file. A write that opened it before copies its bytes into a new mapping's
-    /// file instead when it finds it removed (`mmap.rs`'s `written_held`). A process the
+    /// file instead when it finds it removed (`mmap/writes.rs`'s `written_held`). A process the
     /// server does not count that still maps it keeps an unlinked file, which writes no
     /// longer reach.
     fn remove_backing(&self, ino: u64) {

@@ -385,7 +385,7 @@ impl Server {
 
     /// Free space held by retired items: checkpoint so that logged structures may be reused,
     /// then reclaim what no reader holds. Returns whether anything came free.
-    /// (`server/data.rs` uses this form: a failed checkpoint then reads as no room, and the
+    /// (`server/data/` uses this form: a failed checkpoint then reads as no room, and the
     /// next request reports EIO.)
     fn make_room(&mut self) -> bool {
         self.try_make_room().unwrap_or(false)

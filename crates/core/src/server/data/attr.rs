@@ -1,0 +1,98 @@
+//! Attributes: setattr (mode, owner, times, and size through truncate).
+
+use super::Staged;
+use crate::error::{Error, Result};
+use crate::index::MAX_FILE_SIZE;
+use crate::inode::field;
+use crate::perm::{self, Creds, W};
+use crate::request::{Handle, Response, SetAttr, SetTime};
+use crate::server::{ClientId, Server};
+
+impl Server {
+    pub(in crate::server) fn setattr(
+        &mut self,
+        client: ClientId,
+        c: &Creds,
+        h: Handle,
+        a: SetAttr,
+    ) -> Result<Response> {
+        let d = self.inode(h)?;
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut staged = Staged::default();
+        let mut mode = d.mode;
+        if let Some(m) = a.mode {
+            if !c.owns(&d) {
+                return Err(Error::EPERM);
+            }
+            mode = (d.mode & libc::S_IFMT) | (m & 0o7777);
+            if !c.is_root() && !c.in_group(d.gid) {
+                mode &= !libc::S_ISGID;
+            }
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            let uid = a.uid.unwrap_or(d.uid);
+            let gid = a.gid.unwrap_or(d.gid);
+            if !c.is_root()
+                && (uid != d.uid || c.uid != d.uid || (gid != d.gid && !c.in_group(gid)))
+            {
+                return Err(Error::EPERM);
+            }
+            if uid != d.uid || gid != d.gid {
+                // As Linux does: a change of owner clears set-user-ID and set-group-ID.
+                if !d.is_dir() {
+                    mode &= !libc::S_ISUID;
+                    if mode & libc::S_IXGRP != 0 {
+                        mode &= !libc::S_ISGID;
+                    }
+                }
+                out.push(self.set32(h.ino, field::UID, uid));
+                out.push(self.set32(h.ino, field::GID, gid));
+            }
+        }
+        if mode != d.mode {
+            out.push(self.set32(h.ino, field::MODE, mode));
+        }
+        for (t, f) in [(a.atime, field::ATIME), (a.mtime, field::MTIME)] {
+            match t {
+                None => {}
+                Some(SetTime::Now) => {
+                    if !c.owns(&d) {
+                        perm::check(c, &d, W)?;
+                    }
+                    out.push(self.set64(h.ino, f, now as u64));
+                }
+                Some(SetTime::Ns(ns)) => {
+                    if !c.owns(&d) {
+                        return Err(Error::EPERM);
+                    }
+                    out.push(self.set64(h.ino, f, ns as u64));
+                }
+            }
+        }
+        if let Some(size) = a.size {
+            if d.is_dir() {
+                return Err(Error::EISDIR);
+            }
+            if !d.is_reg() {
+                return Err(Error::EINVAL);
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(Error::EFBIG);
+            }
+            perm::check(c, &d, W)?;
+            staged = self.stage_truncate(client, h.ino, &d, size, &mut out)?;
+            if a.mtime.is_none() {
+                out.push(self.set64(h.ino, field::MTIME, now as u64));
+            }
+        }
+        out.push(self.set64(h.ino, field::CTIME, now as u64));
+        if let Err(e) = self.commit(&out, &[h.ino]) {
+            self.release_data_pages(&staged.fresh);
+            self.release_nodes(&staged.new_nodes);
+            return Err(e);
+        }
+        self.retire(&staged.retired);
+        Ok(Response::Done)
+    }
+}

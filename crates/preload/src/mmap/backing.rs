@@ -1,0 +1,341 @@
+//! The backing file in /dev/shm of a shared mapping: its name, opening and locking it,
+//! its fill lock, filling it from the file, and zeroing and copying writes into it.
+
+use super::{PAGE, load};
+use crate::real;
+use crate::session;
+use crate::table::OpenFile;
+use crate::util::{Res, en, errno};
+use engram_core::{Handle, sidefiles};
+use libc::{c_int, c_void, off_t};
+use std::ffi::CString;
+
+/// An open-file-description lock on one byte of a backing file far past its data: held
+/// exclusively while a backing file is filled from the file, shared while a write is
+/// copied into it (flock on the same file says who maps it; the two do not interact).
+pub(super) struct FillLock(c_int);
+
+impl FillLock {
+    const AT: off_t = 1 << 62;
+    /// The byte before which every taker of `AT` passes: shared and at once given up by a
+    /// writer, held exclusively with `AT` by a filler (and by the server while it waits for
+    /// the writers in flight to finish), so that a stream of overlapping writes, each
+    /// holding `AT` shared, cannot keep the exclusive side away for ever.
+    const GATE: off_t = Self::AT + 1;
+
+    fn set(fd: c_int, kind: c_int) {
+        Self::set_at(fd, kind, Self::AT);
+    }
+
+    fn set_at(fd: c_int, kind: c_int, at: off_t) {
+        // SAFETY: plain data, for which all zeros is a valid value.
+        let mut l: libc::flock = unsafe { std::mem::zeroed() };
+        l.l_type = kind as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        l.l_start = at;
+        l.l_len = 1;
+        // Retried when a signal interrupts the wait; any other failure (not expected on a
+        // descriptor we hold) lets the copy go ahead unlocked.
+        // SAFETY: an OFD lock request on our own descriptor with a valid flock struct.
+        while unsafe {
+            real::fcntl(
+                fd,
+                libc::F_OFD_SETLKW,
+                &mut l as *mut libc::flock as libc::c_ulong,
+            )
+        } != 0
+            && errno() == libc::EINTR
+        {}
+    }
+
+    pub(super) fn exclusive(fd: c_int) -> FillLock {
+        Self::set_at(fd, libc::F_WRLCK, Self::GATE);
+        Self::set(fd, libc::F_WRLCK);
+        FillLock(fd)
+    }
+
+    pub(super) fn shared(fd: c_int) -> FillLock {
+        Self::take_shared(fd);
+        FillLock(fd)
+    }
+
+    /// `AT` shared, through the gate.
+    pub(super) fn take_shared(fd: c_int) {
+        Self::set_at(fd, libc::F_RDLCK, Self::GATE);
+        Self::set(fd, libc::F_RDLCK);
+        Self::set_at(fd, libc::F_UNLCK, Self::GATE);
+    }
+
+    /// Give up `AT` and, if held, the gate.
+    pub(super) fn release(fd: c_int) {
+        Self::set(fd, libc::F_UNLCK);
+        Self::set_at(fd, libc::F_UNLCK, Self::GATE);
+    }
+}
+
+impl Drop for FillLock {
+    fn drop(&mut self) {
+        Self::release(self.0);
+    }
+}
+
+/// Copy the file's bytes in `from..to` into the backing file.
+fn fill_backing(of: &OpenFile, fd: c_int, from: u64, to: u64) -> Res<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = from;
+    while pos < to {
+        let n = ((to - pos) as usize).min(buf.len());
+        load(of, &mut buf[..n], pos)?;
+        // SAFETY: writing a local buffer to our backing descriptor.
+        if unsafe { real::pwrite64(fd, buf.as_ptr() as *const c_void, n, pos as off_t) } < 0 {
+            return Err(errno());
+        }
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// A backing file this process alone holds but did not fill, made by someone who may write
+/// the file (the caller checked): if it is marked current (`sidefiles::MAP_CURRENT`), its
+/// last holder
+/// died with stores not yet written back (the daemon has not seen the death yet); write
+/// every page in which it differs from the file into the file, as that process's exit
+/// would have.
+fn write_back_left(
+    of: &OpenFile,
+    fd: c_int,
+    st: &libc::stat,
+    meta: &engram_core::Metadata,
+) -> Res<()> {
+    if !sidefiles::map_file_is_current(st.st_mode) || st.st_size == 0 {
+        return Ok(());
+    }
+    let end = meta.size.min(st.st_size as u64);
+    let (mut left, mut file) = (vec![0u8; PAGE], vec![0u8; PAGE]);
+    let mut at = 0;
+    while at < end {
+        let n = PAGE.min((end - at) as usize);
+        // SAFETY: reading into a local buffer from our backing descriptor.
+        let got = unsafe { real::pread64(fd, left.as_mut_ptr() as *mut c_void, n, at as off_t) };
+        if got != n as isize {
+            return Err(if got < 0 { errno() } else { libc::EIO });
+        }
+        load(of, &mut file[..n], at)?;
+        if left[..n] != file[..n] {
+            // Not copied into the backing file (nobody else holds it, and the caller,
+            // holding its fill lock, refills it next).
+            of.with_file(|f| f.write_in_place(&left[..n], at).map_err(en))?;
+        }
+        at += n as u64;
+    }
+    Ok(())
+}
+
+pub(super) fn backing_stat(fd: c_int) -> Res<libc::stat> {
+    // SAFETY: fstat into a local buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { real::fstat(fd, &mut st) } != 0 {
+        return Err(errno());
+    }
+    Ok(st)
+}
+
+fn backing_size(fd: c_int) -> Res<u64> {
+    backing_stat(fd).map(|st| st.st_size as u64)
+}
+
+/// Make backing file `fd` ready to map up to `end`: filled from the file if this process
+/// is the first to map the inode (`first`, holding it exclusively), grown to `end` if not.
+pub(super) fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -> Res<()> {
+    let st = backing_stat(fd)?;
+    // SAFETY: geteuid has no failure.
+    let mine = st.st_uid == unsafe { libc::geteuid() };
+    let meta = of.with_file(|f| f.metadata().map_err(en))?;
+    // Anyone may make files in /dev/shm: one that others may write, or that a user who may
+    // not write the file made, would let them change what this mapping shows, and so what
+    // it writes back.
+    if st.st_mode & 0o022 != 0
+        || (!mine && !sidefiles::map_file_trusted(&st, meta.uid, meta.gid, meta.mode))
+    {
+        return Err(libc::EACCES);
+    }
+    let _fill = FillLock::exclusive(fd);
+    if first {
+        // Left by a process that died mapping the file, and not yet written back by the
+        // daemon (which has not yet seen the death), or by the last process to unmap it
+        // while another was about to map it: its stores first. Failing that, they are
+        // lost, as the refill below replaces them. Under the fill lock: a write to the
+        // file holds its shared side from before its commit until its bytes are in the
+        // backing file (`hold_for_write`), so no page compared here is one whose write
+        // has committed but not yet reached the backing file.
+        let _ = write_back_left(of, fd, &st, &meta);
+    }
+    // SAFETY: ftruncate, fchmod and flock on our own backing descriptor.
+    unsafe {
+        if first {
+            // Nobody maps this inode: start from the file's current contents, then let
+            // others join (on failure the descriptor's close drops the lock). Not current
+            // while it is filled: a death now leaves nothing to write back.
+            // Of the file's group where this process may (it is one of its groups): a user
+            // who may write the file through that group is then seen to
+            // (`sidefiles::map_file_trusted`), by other users' processes and the server.
+            if mine && st.st_uid != meta.uid && st.st_gid != meta.gid {
+                real::fchown(fd, u32::MAX, meta.gid);
+            }
+            let size = crate::io::size_of(of)?;
+            let want = end.max(size.div_ceil(PAGE as u64) * PAGE as u64);
+            if real::fchmod(fd, 0o600) != 0
+                || real::ftruncate(fd, 0) != 0
+                || real::ftruncate(fd, want as off_t) != 0
+            {
+                return Err(errno());
+            }
+            fill_backing(of, fd, 0, size.min(want))?;
+            let done = 0o600 | sidefiles::MAP_CURRENT | sidefiles::MAP_FILLED;
+            if real::fchmod(fd, done) != 0 {
+                return Err(errno());
+            }
+            real::flock(fd, libc::LOCK_SH);
+        } else {
+            // Grown by the writes that fill it (no `ftruncate` first): a process that dies
+            // midway leaves no zeros to be taken for stores.
+            let have = backing_size(fd)?;
+            if have < end {
+                fill_backing(of, fd, have, end)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The backing file of inode `h` of this pool.
+pub(super) fn backing_name(h: Handle) -> Res<CString> {
+    let name = engram_core::sidefiles::map_file(session::pool_id()?, h.ino, h.generation);
+    CString::new(name).map_err(|_| libc::EINVAL)
+}
+
+/// Open (making it if need be) the backing file `name` and lock it: exclusively if no
+/// other process maps it (returns true: its contents are to be filled), shared otherwise.
+/// A file removed between the open and the lock by the last process giving its mapping up
+/// is opened again: a mapping of it would miss every later write.
+/// A file whose first mapper died filling it (`sidefiles::MAP_FILLED` not set when this
+/// process gets its shared lock) is let go too, until one opener finds nobody holding it
+/// and fills it anew: joined, its unfilled zeros would be written back as stores.
+pub(super) fn lock_backing(name: &CString) -> Res<(c_int, bool)> {
+    for attempt in 0.. {
+        let fd = open_backing(name)?;
+        // SAFETY: flock and fstat on our own backing descriptor, into a local buffer.
+        let (first, linked, filled) = unsafe {
+            let first = real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0;
+            if !first {
+                real::flock(fd, libc::LOCK_SH);
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            let ok = real::fstat(fd, &mut st) == 0;
+            let filled = st.st_mode & sidefiles::MAP_FILLED != 0;
+            (first, ok && st.st_nlink > 0, filled)
+        };
+        if linked && (first || filled) {
+            return Ok((fd, first));
+        }
+        crate::ownfds::close(fd);
+        if attempt > 0 {
+            std::thread::yield_now();
+        }
+        if attempt >= 10_000 {
+            break;
+        }
+    }
+    Err(libc::EAGAIN)
+}
+
+/// Open (making it if need be) the backing file `name`, at a high descriptor.
+fn open_backing(name: &CString) -> Res<c_int> {
+    // SAFETY: opening the backing file with the real call.
+    let fd = unsafe {
+        real::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    Ok(crate::util::move_high(fd))
+}
+
+/// Another descriptor of a backing file, holding its shared lock as the first does.
+pub(super) fn reopen_backing(name: &CString) -> Option<c_int> {
+    // SAFETY: opening and locking the backing file with the real calls.
+    unsafe {
+        let fd = real::open(name.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let fd = crate::util::move_high(fd);
+        real::flock(fd, libc::LOCK_SH);
+        Some(fd)
+    }
+}
+
+/// Open the backing file `name` if it exists and is one the shim makes: a regular file
+/// with one name that nobody but its owner may write (anyone may make files in /dev/shm:
+/// another's could hold the fill lock for good, or be a link elsewhere). At a high number,
+/// out of the program's way.
+pub(super) fn open_existing_backing(name: &CString) -> Option<c_int> {
+    // SAFETY: opening with the real call, not following a symlink.
+    let fd = unsafe {
+        real::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let fd = crate::util::move_high(fd);
+    match backing_stat(fd) {
+        Ok(st)
+            if st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_nlink == 1
+                && st.st_mode & 0o022 == 0 =>
+        {
+            Some(fd)
+        }
+        _ => {
+            crate::ownfds::close(fd);
+            None
+        }
+    }
+}
+
+/// Zero a backing file from `from` to its end (the caller holds its fill lock).
+pub(super) fn zero_backing_from(fd: c_int, from: u64) {
+    let Ok(size) = backing_size(fd) else {
+        return;
+    };
+    if from < size {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: punching a hole in a backing descriptor we hold (tmpfs reads zeros there).
+        unsafe { real::fallocate(fd, mode, from as off_t, (size - from) as off_t) };
+    }
+}
+
+/// Write `data` at `off` into a backing file whose fill lock the caller holds (shared).
+pub(super) fn copy_into_backing(of: &OpenFile, fd: c_int, data: &[u8], off: u64) {
+    // As far as the file reaches now, too: a truncate since the write (which zeroes the
+    // backing file under the lock's exclusive side) cut off what lies beyond.
+    let (Ok(size), Ok(file_size)) = (backing_size(fd), crate::io::size_of(of)) else {
+        return;
+    };
+    let size = size.min(file_size);
+    if off >= size {
+        return;
+    }
+    let n = data.len().min((size - off) as usize);
+    // SAFETY: writing the caller's bytes into a backing descriptor we hold.
+    unsafe { real::pwrite64(fd, data.as_ptr() as *const c_void, n, off as off_t) };
+}

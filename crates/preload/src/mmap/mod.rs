@@ -1,0 +1,336 @@
+//! mmap of EngramFS files. A private mapping is a copy of the file taken at mmap time. A
+//! shared mapping is backed by a file in /dev/shm named after the inode, which every
+//! process mapping that inode shares (so that, for instance, SQLite's WAL index works
+//! between processes); msync, munmap, exit and exec write a writable one's changed pages
+//! back to EngramFS, where they become durable. Writes to a file some process maps go to
+//! the backing file too, so that the mappings see them (SQLite reads its database through
+//! a read-only mapping and writes it with pwrite, from every process that opens it): the
+//! server keeps a bit per inode that some process maps shared (`Fs::set_mapped`), which
+//! every writer reads after its write. A mapping sets it before it fills a backing file
+//! from the file, and fills under an exclusive lock that writers of the backing file wait
+//! for (`FillLock`): a write is then either in what the fill read or written over it.
+
+use crate::io::pread_of;
+use crate::session::{self, op};
+use crate::table::OpenFile;
+use crate::util::{Res, en, errno, guard};
+use crate::{ours, real};
+use backing::{backing_name, lock_backing, prepare_backing};
+use libc::{c_int, c_void, off_t, size_t};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use writeback::{detach, forget, write_back};
+
+mod backing;
+mod writeback;
+mod writes;
+
+pub use writeback::{at_exit, write_back_all};
+pub use writes::{WriteHold, hold_for_write, resizing, written, written_held};
+
+const PAGE: usize = 4096;
+
+struct Mapping {
+    addr: usize,
+    len: usize,
+    of: Arc<OpenFile>,
+    off: u64,
+    backing: c_int,
+    name: CString,
+    /// Mapped with PROT_WRITE: only then can it hold changes to write back.
+    writable: bool,
+    /// The process generation (`session::generation`) that made it: a forked child leaves
+    /// its parent's mappings to the parent.
+    born: u64,
+    /// Counted by the daemon for this process (`Fs::set_mapped`): given up when forgotten.
+    counted: bool,
+}
+
+static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+/// How many shared mappings exist: munmap/msync/writes look no further when zero.
+static NMAPS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Set while this thread holds `MAPS`. Writing a mapping back runs the engine, whose own
+    /// msync/munmap calls land on this module's exports: they must go straight to the
+    /// kernel rather than wait for the lock their own thread holds.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is inside the shim's mapping code (see `HOLDING`).
+fn reentered() -> bool {
+    HOLDING.try_with(|h| h.get()).unwrap_or(false)
+}
+
+struct Maps(std::sync::MutexGuard<'static, Vec<Mapping>>);
+
+impl std::ops::Deref for Maps {
+    type Target = Vec<Mapping>;
+    fn deref(&self) -> &Vec<Mapping> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Maps {
+    fn deref_mut(&mut self) -> &mut Vec<Mapping> {
+        &mut self.0
+    }
+}
+
+impl Drop for Maps {
+    fn drop(&mut self) {
+        let _ = HOLDING.try_with(|h| h.set(false));
+    }
+}
+
+fn maps() -> Maps {
+    let g = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = HOLDING.try_with(|h| h.set(true));
+    Maps(g)
+}
+
+/// Fill `dst` from the file at `off` (zeros past its end).
+fn load(of: &OpenFile, dst: &mut [u8], off: u64) -> Res<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        let n = pread_of(of, &mut dst[done..], off + done as u64)?;
+        if n == 0 {
+            dst[done..].fill(0);
+            break;
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+fn snapshot(
+    of: &OpenFile,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    off: u64,
+) -> Res<*mut c_void> {
+    if !of.readable() {
+        return Err(libc::EACCES);
+    }
+    let keep = flags
+        & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
+    // SAFETY: an anonymous private mapping of len bytes.
+    let p = unsafe {
+        real::mmap(
+            addr,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    // SAFETY: the fresh mapping is ours, len bytes long.
+    let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
+    let r = load(of, dst, off).and_then(|_| {
+        // SAFETY: protecting our own mapping as the caller asked.
+        if unsafe { libc::mprotect(p, len, prot) } != 0 {
+            Err(errno())
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = r {
+        // SAFETY: unmapping our own mapping.
+        unsafe { real::munmap(p, len) };
+        return Err(e);
+    }
+    Ok(p)
+}
+
+fn shared(
+    of: &Arc<OpenFile>,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    off: u64,
+) -> Res<*mut c_void> {
+    let writable = prot & libc::PROT_WRITE != 0;
+    if !of.readable() || (writable && !of.writable()) {
+        return Err(libc::EACCES);
+    }
+    let h = of.handle();
+    let name = backing_name(h)?;
+    // The daemon counts mappings of files this process holds open: a description
+    // inherited across fork or exec is opened on first use.
+    of.with_file(|_| Ok(()))?;
+    // Before the backing file is filled: a writer that misses the bit wrote before the
+    // fill read the file.
+    session::fs()?.set_mapped(h, true).map_err(en)?;
+    let (fd, first) = lock_backing(&name).inspect_err(|_| {
+        let _ = session::fs().map(|fs| fs.set_mapped(h, false));
+    })?;
+    let end = (off + len as u64).div_ceil(PAGE as u64) * PAGE as u64;
+    let mapped = prepare_backing(of, fd, first, end).and_then(|_| {
+        // SAFETY: mapping the backing file as the caller asked.
+        let p = unsafe { real::mmap(addr, len, prot, flags, fd, off as off_t) };
+        if p == libc::MAP_FAILED {
+            Err(errno())
+        } else {
+            Ok(p)
+        }
+    });
+    match mapped {
+        Ok(p) => {
+            maps().push(Mapping {
+                addr: p as usize,
+                len,
+                of: of.clone(),
+                off,
+                backing: fd,
+                name,
+                writable,
+                born: session::generation(),
+                counted: true,
+            });
+            NMAPS.fetch_add(1, Ordering::AcqRel);
+            Ok(p)
+        }
+        Err(e) => {
+            crate::ownfds::close(fd);
+            let _ = session::fs().map(|fs| fs.set_mapped(h, false));
+            Err(e)
+        }
+    }
+}
+
+/// Gives mappings up when dropped (after the call that replaced them).
+struct Forget(Vec<Mapping>);
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let _op = op();
+        for m in self.0.drain(..) {
+            forget(m);
+        }
+    }
+}
+
+macro_rules! mmaps {
+    ($($name:ident),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+    crate::guarded!(libc::MAP_FAILED, {
+            // A fixed mapping replaces what was there: our mappings there are written back
+            // and given up, as munmap would.
+            let replaced = if flags & libc::MAP_FIXED != 0
+                && NMAPS.load(Ordering::Acquire) != 0
+                && !reentered()
+            {
+                detach(addr as usize, len)
+            } else {
+                Vec::new()
+            };
+            let _forget = Forget(replaced);
+            if flags & libc::MAP_ANONYMOUS != 0 {
+                // SAFETY: forwarding unchanged.
+                return Ok(unsafe { real::$name(addr, len, prot, flags, fd, off) });
+            }
+            let of = ours!(fd, real::$name(addr, len, prot, flags, fd, off));
+            guard(libc::MAP_FAILED, || {
+                let _op = op();
+                if len == 0 || off < 0 || off as usize % PAGE != 0 {
+                    return Err(libc::EINVAL);
+                }
+                if of.is_dir() {
+                    return Err(libc::ENODEV);
+                }
+                // A read-only shared mapping of a file opened for writing joins the backing
+                // file, so that the process's writes show in it (SQLite maps its database
+                // read-only and writes it with pwrite); of a file opened read-only (rustc's
+                // and ripgrep's maps) it stays a copy of the file at mmap time, without a
+                // file in /dev/shm or a round trip to count it.
+                let is_shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
+                if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
+                    shared(&of, addr, len, prot, flags, off as u64)
+                } else {
+                    snapshot(&of, addr, len, prot, flags, off as u64)
+                }
+            })
+        })
+}
+    )*};
+}
+mmaps!(mmap, mmap64);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::msync(addr, len, flags) });
+        }
+        let r = guard(-1, || {
+            let _op = op();
+            let a = addr as usize;
+            for m in maps().iter() {
+                write_back(m, a, a.saturating_add(len))?;
+            }
+            Ok(0)
+        });
+        if r < 0 {
+            return Ok(r);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::msync(addr, len, flags) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::munmap(addr, len) });
+        }
+        let gone = detach(addr as usize, len);
+        // SAFETY: forwarding unchanged.
+        let r = unsafe { real::munmap(addr, len) };
+        let _op = op();
+        for m in gone {
+            forget(m);
+        }
+        r
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mremap(
+    addr: *mut c_void,
+    old: size_t,
+    new: size_t,
+    flags: c_int,
+    naddr: *mut c_void,
+) -> *mut c_void {
+    crate::guarded!(libc::MAP_FAILED, {
+        // Under the operation guard, as every other taking of MAPS: a fork waits for it,
+        // so no child starts with the lock held.
+        let ours = NMAPS.load(Ordering::Acquire) != 0 && !reentered() && {
+            let _op = op();
+            let (a, end) = (addr as usize, (addr as usize).saturating_add(old));
+            maps().iter().any(|m| m.addr < end && a < m.addr + m.len)
+        };
+        if ours {
+            crate::util::set_errno(libc::ENOMEM);
+            return Ok(libc::MAP_FAILED);
+        }
+        // SAFETY: forwarding unchanged.
+        unsafe { real::mremap(addr, old, new, flags, naddr) }
+    })
+}

@@ -1,0 +1,189 @@
+//! Write-back of a shared mapping's changed pages to the file (msync, munmap, exit, exec),
+//! and giving mappings up.
+
+use super::backing::reopen_backing;
+use super::writes::written;
+use super::{Mapping, NMAPS, PAGE, load, maps, reentered};
+use crate::real;
+use crate::session::{self, op};
+use crate::table::OpenFile;
+use crate::util::{Res, en, guard};
+use std::sync::atomic::Ordering;
+
+/// Write a mapping's bytes back to the file at `off`, where they belong even on a
+/// descriptor opened for appending, and into the backing file's other users' view.
+fn put_back(of: &OpenFile, data: &[u8], off: u64) -> Res<()> {
+    if !of.writable() {
+        return Err(libc::EBADF);
+    }
+    let n = of.with_file(|f| f.write_in_place(data, off).map_err(en))?;
+    written(of, &data[..n], off);
+    Ok(())
+}
+
+/// Write the changed pages of `m` within `from..to` (addresses) back to the file.
+pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
+    if !m.writable {
+        return Ok(());
+    }
+    let from = from.max(m.addr);
+    let to = to.min(m.addr + m.len);
+    if from >= to {
+        return Ok(());
+    }
+    let size = crate::io::size_of(&m.of)?;
+    let mut page = vec![0u8; PAGE];
+    let mut a = from - (from - m.addr) % PAGE;
+    while a < to {
+        let foff = m.off + (a - m.addr) as u64;
+        if foff >= size {
+            break;
+        }
+        let n = PAGE.min(m.addr + m.len - a).min((size - foff) as usize);
+        // SAFETY: the mapping is live and n bytes from `a` lie inside it.
+        let mem = unsafe { std::slice::from_raw_parts(a as *const u8, n) };
+        load(&m.of, &mut page[..n], foff)?;
+        if page[..n] != *mem {
+            put_back(&m.of, mem, foff)?;
+        }
+        a += PAGE;
+    }
+    Ok(())
+}
+
+/// Write every shared writable mapping back whole: at exit and before exec, which end the
+/// mappings without munmap (on Linux their pages are the file's; here they would stay in
+/// the /dev/shm backing file and never reach EngramFS).
+pub fn write_back_all() {
+    if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+        return;
+    }
+    let _op = op();
+    let now = session::generation();
+    for m in maps().iter().filter(|m| m.born == now) {
+        let _ = guard(-1, || write_back(m, m.addr, m.addr + m.len).map(|_| 0));
+    }
+}
+
+/// At exit: every mapping written back, and its backing file given up (removed if no
+/// other process maps the inode), as munmap would.
+pub fn at_exit() {
+    write_back_all();
+    if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+        return;
+    }
+    let now = session::generation();
+    let _op = op();
+    let mine: Vec<Mapping> = {
+        let mut all = maps();
+        let (mine, theirs) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|m| m.born == now);
+        *all = theirs;
+        mine
+    };
+    for m in mine {
+        forget(m);
+    }
+}
+
+/// Take the pages `a..end` out of the tracked mappings (munmap, or an mmap with MAP_FIXED
+/// over them): mappings inside the range are returned, to be given up once unmapped;
+/// mappings it covers in part keep the rest, a piece on each side, the second with a
+/// descriptor of its own to the backing file. (Kept whole, a mapping whose pages were
+/// unmapped or replaced was read in full when written back: a fault, or another mapping's
+/// memory written into the file.)
+fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
+    let mut gone = Vec::new();
+    for mut m in std::mem::take(all) {
+        let (ms, me) = (m.addr, m.addr + m.len);
+        if me <= a || end <= ms {
+            all.push(m);
+            continue;
+        }
+        if a <= ms && me <= end {
+            gone.push(m);
+            continue;
+        }
+        if ms < a && end < me {
+            // A piece after the hole: its own open description of the backing file, so
+            // that giving one piece up never removes the file the other still maps.
+            if let Some(fd) = reopen_backing(&m.name) {
+                // Each piece is given up on its own, and so counted on its own.
+                let counted = m.counted
+                    && session::fs().is_ok_and(|fs| fs.set_mapped(m.of.handle(), true).is_ok());
+                all.push(Mapping {
+                    addr: end,
+                    len: me - end,
+                    of: m.of.clone(),
+                    off: m.off + (end - ms) as u64,
+                    backing: fd,
+                    name: m.name.clone(),
+                    writable: m.writable,
+                    born: m.born,
+                    counted,
+                });
+                NMAPS.fetch_add(1, Ordering::AcqRel);
+            }
+            m.len = a - ms;
+        } else if ms < a {
+            m.len = a - ms;
+        } else {
+            m.off += (end - ms) as u64;
+            m.len = me - end;
+            m.addr = end;
+        }
+        all.push(m);
+    }
+    gone
+}
+
+/// Before munmap of `a..end`, or an mmap with MAP_FIXED over it: write back what the
+/// range holds of our mappings and take it out of them; returns the mappings to give up
+/// once the range is unmapped.
+pub(super) fn detach(a: usize, len: usize) -> Vec<Mapping> {
+    let end = a.saturating_add(len).next_multiple_of(PAGE);
+    let _op = op();
+    let mut all = maps();
+    for m in all.iter() {
+        let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+    }
+    cut(&mut all, a, end)
+}
+
+pub(super) fn forget(m: Mapping) {
+    if m.born != session::generation() {
+        // A forked child's copy of its parent's mapping: its descriptor shares the
+        // parent's lock, and the parent, which counted it, gives it up.
+        crate::ownfds::close(m.backing);
+        NMAPS.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    crate::ownfds::close(m.backing);
+    if m.counted {
+        // The server removes the backing file when its count of the inode's mappings
+        // reaches zero, in the same step that clears the bit: a new mapping then finds it
+        // gone and fills a new one, never joins a file that missed writes. If a counted
+        // mapper died unseen, the count stays above zero until the server sees the death,
+        // and the file (with that process's stores) until it has written them back
+        // (`server/backing.rs`). Posted: nothing waits for it.
+        let _ = session::fs().map(|fs| fs.set_mapped(m.of.handle(), false));
+    } else {
+        // Never counted (its count was refused): removed here if nobody else holds it.
+        // SAFETY: reopening and locking the file by name, then unlinking it.
+        unsafe {
+            let fd = real::open(
+                m.name.as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0,
+            );
+            if fd >= 0 {
+                if real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+                    real::unlink(m.name.as_ptr());
+                }
+                real::close(fd);
+            }
+        }
+    }
+    NMAPS.fetch_sub(1, Ordering::AcqRel);
+}
