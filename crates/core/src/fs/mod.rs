@@ -342,14 +342,16 @@ impl Fs {
         pages: &[(u64, u64)],
         end: u64,
         check: Option<WriteCheck>,
-    ) -> Result<Response> {
+    ) -> Result<()> {
         match &self.core.transport {
             Transport::InProcess(m) => {
                 lock(m).commit_write(IN_PROCESS_CLIENT, target, pages, end, check.as_ref())
             }
-            Transport::Remote(r) => r.call_with(|w| {
-                crate::wire::encode_commit_write(target, pages, end, check.as_ref(), w)
-            }),
+            Transport::Remote(r) => r
+                .call_with(|w| {
+                    crate::wire::encode_commit_write(target, pages, end, check.as_ref(), w)
+                })
+                .map(drop),
         }
     }
 

@@ -417,6 +417,6 @@ impl Server {
         if r.is_err() {
             self.release_data_pages(&pages);
         }
-        r.map(drop)
+        r
     }
 }

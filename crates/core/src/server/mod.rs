@@ -240,7 +240,9 @@ impl Server {
                 pages,
                 end,
                 check,
-            } => self.commit_write(client, target, &pages, end, check.as_ref()),
+            } => self
+                .commit_write(client, target, &pages, end, check.as_ref())
+                .map(|()| Response::Done),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
             Request::Mapped { target, on } => self.mapped(client, target, on),

@@ -87,7 +87,7 @@ impl Server {
         pages: &[(u64, u64)],
         end: u64,
         check: Option<&WriteCheck>,
-    ) -> Result<Response> {
+    ) -> Result<()> {
         if self.closed {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
         }
@@ -154,7 +154,7 @@ impl Server {
         d: &InodeData,
         pages: &[(u64, u64)],
         end: u64,
-    ) -> Result<Response> {
+    ) -> Result<()> {
         self.check_end(d, pages, end, None)?;
         self.map_pages(h, d, pages, end)
     }
@@ -169,7 +169,7 @@ impl Server {
         pages: &[(u64, u64)],
         end: u64,
         c: &WriteCheck,
-    ) -> Result<Response> {
+    ) -> Result<()> {
         self.check_end(d, pages, end, Some(c))?;
         let replaced = self.check_write(client, h.ino, d, pages, end, c)?;
         if replaced.is_empty() {
@@ -190,7 +190,7 @@ impl Server {
         d: &InodeData,
         pages: &[(u64, u64)],
         end: u64,
-    ) -> Result<Response> {
+    ) -> Result<()> {
         // The lists a commit fills are kept from one commit to the next (an error drops
         // them: the next commit allocates anew). Boxed, so that taking them moves a pointer.
         let mut scratch = self.scratch.take().unwrap_or_default();
@@ -210,7 +210,7 @@ impl Server {
         items.extend(plan.old_pages.iter().map(|&p| Item::DataPage(p)));
         self.retire(items);
         self.scratch = Some(scratch);
-        Ok(Response::Done)
+        Ok(())
     }
 
     /// The size a commit may set: a checked commit (another process may write the file)
