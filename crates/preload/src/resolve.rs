@@ -81,9 +81,6 @@ pub fn resolve(fs: &Fs, raw: &[u8], follow: bool) -> Res<Resolved> {
 /// `resolve`, also reporting what the path names; `look_last` looks the last component up
 /// even when it is not followed.
 pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
-    if raw.len() >= libc::PATH_MAX as usize {
-        return Err(libc::ENAMETOOLONG);
-    }
     let inside = |p: Vec<u8>, found| {
         Ok(Walk {
             resolved: Resolved::Inside(p),

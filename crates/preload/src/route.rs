@@ -396,6 +396,11 @@ pub unsafe fn is_ours(path: *const c_char) -> bool {
 
 #[inline(always)]
 pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
+    // The kernel's limit on a path a program passes, whichever side serves it. Paths the
+    // shim joins from it (to its directory's path) may be longer: the pool walks them.
+    if p.len() >= libc::PATH_MAX as usize {
+        return Err(libc::ENAMETOOLONG);
+    }
     if p.first() == Some(&b'/') {
         return Ok(match strip_mount(p) {
             Some(rest) => Route::Ours(if rest.is_empty() {

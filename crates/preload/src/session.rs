@@ -145,6 +145,9 @@ fn connect_slow() -> Res<&'static Conn> {
             for fd in fs.descriptors() {
                 crate::ownfds::own(fd);
             }
+            // The shim joins relative paths to the path of their directory, which may be
+            // longer than PATH_MAX; it checks the strings programs pass itself (`route`).
+            let fs = fs.without_path_limit();
             let inside = fs.staying_inside();
             let c: &'static Conn = Box::leak(Box::new(Conn { fs, inside }));
             s.fs = Some(c);

@@ -63,6 +63,9 @@ fn coreutils_round_trip_a_real_tree() {
     p.fsck();
 }
 
+/// Shell redirections and pipes into the pool, cd into it and relative paths from there,
+/// and a tree deeper than PATH_MAX made by `mkdir -p`, entered by cd, found by find and
+/// removed by `rm -rf`, as in a real directory.
 #[test]
 fn shell_redirections_pipes_and_cd() {
     let p = Pool::new("shell", 64);
@@ -96,6 +99,13 @@ via-3-child"
         test "$(cat mnt/engram/d/e/r.txt)" = rel
         sh -c 'cd /mnt/engram/d && cat e/r.txt && echo sub > sub.txt'
         test "$(cat /mnt/engram/d/sub.txt)" = sub
+        n=$(printf 'd%.0s' $(seq 1 200)); deep=$M/deep
+        for i in $(seq 1 25); do deep=$deep/$n; done
+        mkdir -p "$deep"
+        (cd $M/deep && for i in $(seq 1 25); do cd $n; done && echo bottom > f)
+        test "$(find $M/deep -name f | wc -l)" = 1
+        rm -rf $M/deep
+        test ! -e $M/deep
         echo done
         "#);
     assert!(out.contains("copy r.txt"), "{out}");

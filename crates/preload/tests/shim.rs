@@ -3,7 +3,7 @@
 //! a closed number whose placeholder the shim keeps is closed to the program, and record
 //! locks answered in the process keep Linux's semantics, and the temporary-file calls and
 //! directory walks glibc serves with its own internal calls (mkstemp, mkdtemp, mktemp,
-//! nftw, ftw, glob, scandirat) work in the pool.
+//! nftw, ftw, glob, scandirat) work in the pool, as does a tree deeper than PATH_MAX.
 
 mod common;
 
@@ -153,6 +153,14 @@ fn mkstemp_mkdtemp_and_mktemp_make_their_files_in_the_pool() {
 #[test]
 fn nftw_ftw_glob_and_scandirat_give_libcs_results_in_the_pool() {
     c_program_in_process("walks", "WALKS-OK", true);
+}
+
+/// A tree deeper than PATH_MAX is made, used and removed through directory descriptors and
+/// through chdir as in a real directory: only the path strings a program passes are held
+/// to PATH_MAX, not the paths the shim joins them to (tests/c/deep.c).
+#[test]
+fn a_tree_deeper_than_path_max_works_as_in_a_real_directory() {
+    c_program_in_process("deep", "DEEP-OK", true);
 }
 
 /// syscall(SYS_renameat2, …) under the prefix (gnulib's renameat2 makes it) and the

@@ -88,6 +88,8 @@ pub struct Fs {
     /// Path walks stop where a process's namespace would leave the pool (see
     /// `Fs::staying_inside`).
     stay_inside: bool,
+    /// Paths may be PATH_MAX long or longer (see `Fs::without_path_limit`).
+    long_paths: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -191,6 +193,7 @@ impl Fs {
             }),
             creds: Arc::new(opts.creds.clone().unwrap_or_else(Creds::current)),
             stay_inside: false,
+            long_paths: false,
         })
     }
 
@@ -237,6 +240,7 @@ impl Fs {
             }),
             creds: Arc::new(Creds::current()),
             stay_inside: false,
+            long_paths: false,
         })
     }
 
@@ -295,6 +299,7 @@ impl Fs {
             core: self.core.clone(),
             creds: Arc::new(creds),
             stay_inside: self.stay_inside,
+            long_paths: self.long_paths,
         }
     }
 

@@ -141,6 +141,23 @@ impl Fs {
         }
     }
 
+    /// This pool for a front end that builds paths itself (the LD_PRELOAD shim joins a
+    /// relative path to the path of the directory it starts from): paths of PATH_MAX bytes
+    /// or more are walked, not refused with ENAMETOOLONG. The kernel limits only the string
+    /// a program passes (which the front end then checks), not where the walk starts: a
+    /// program may work in a directory deeper than PATH_MAX through relative paths.
+    pub fn without_path_limit(&self) -> Fs {
+        Fs {
+            long_paths: true,
+            ..self.clone()
+        }
+    }
+
+    /// Whether `path` is too long for this view (`without_path_limit`).
+    pub(crate) fn path_too_long(&self, path: &[u8]) -> bool {
+        !self.long_paths && path.len() >= PATH_MAX
+    }
+
     /// stat (`follow`) or lstat of `path` from the root, as `staying_inside` walks it:
     /// `Ok(None)` where the path may leave the pool. One walk, no handle to clone.
     pub fn stat_inside(&self, path: &[u8], follow: bool) -> Result<Option<Metadata>> {

@@ -161,3 +161,44 @@ fn at_functions_resolve_against_a_directory_handle() {
     drop((d, e, file, gone));
     assert_clean(&fs);
 }
+
+/// A front end that joins paths itself (the shim: a relative path to its directory's path)
+/// walks them at any length through `without_path_limit`; the ordinary view of the same
+/// pool refuses a path of PATH_MAX bytes or more, as the kernel refuses such a string.
+#[test]
+fn paths_past_path_max_walk_without_the_limit() {
+    let (_p, fs) = new_fs("longpaths", 16);
+    let long = fs.without_path_limit();
+    let n255 = "n".repeat(255);
+    fs.mkdir("/a", 0o755).unwrap();
+    // 17 levels of 255-byte names: 4,354 bytes, made through directory handles.
+    let mut at = fs.open_file("/a", &dir_opts()).unwrap();
+    for _ in 0..17 {
+        fs.mkdir_from(Some(at.handle()), n255.as_bytes(), 0o755)
+            .unwrap();
+        at = fs
+            .open_from(Some(at.handle()), n255.as_bytes(), &dir_opts())
+            .unwrap();
+    }
+    let deep = format!("/a{}", format!("/{n255}").repeat(17));
+    assert!(deep.len() > 4096);
+    assert_errno(fs.stat(&deep), ENAMETOOLONG);
+    assert_errno(fs.mkdir(format!("{deep}/x"), 0o755), ENAMETOOLONG);
+    assert!(long.stat(&deep).unwrap().is_dir());
+    long.mkdir(format!("{deep}/x"), 0o755).unwrap();
+    long.write_file(format!("{deep}/x/f"), b"deep").unwrap();
+    let mut f = fs.open_from(Some(at.handle()), b"x/f", &ro()).unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut got).unwrap();
+    assert_eq!(got, b"deep", "the same file, from the deepest directory");
+    drop((f, at));
+    // Removed bottom up through the long paths.
+    long.unlink(format!("{deep}/x/f")).unwrap();
+    long.rmdir(format!("{deep}/x")).unwrap();
+    for level in (0..17).rev() {
+        let dir = format!("/a{}", format!("/{n255}").repeat(level + 1));
+        long.rmdir(&dir).unwrap();
+    }
+    assert!(names(&fs, "/a").is_empty());
+    assert_clean(&fs);
+}

@@ -8,7 +8,7 @@
 //! it), that lookup in D is simply done again.
 
 use super::cache::{Deps, Query};
-use super::{MAX_SYMLINKS, PATH_MAX, Parent};
+use super::{MAX_SYMLINKS, Parent};
 use crate::dir;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -339,7 +339,7 @@ impl Fs {
         path: &'p [u8],
         stay_inside: bool,
     ) -> Option<Walked<'p>> {
-        if path.len() >= PATH_MAX {
+        if self.path_too_long(path) {
             return None;
         }
         let end = path.iter().rposition(|&b| b != b'/')? + 1;
@@ -392,7 +392,7 @@ impl Fs {
         }
         // PATH_MAX bounds what the caller passes; a symlink's target spliced into the rest
         // of the path may be longer (Linux follows link bodies separately).
-        if path.len() >= PATH_MAX {
+        if self.path_too_long(path) {
             return Err(Error::ENAMETOOLONG);
         }
         if path.contains(&0) {
