@@ -6,6 +6,7 @@
 //! entries in directory order. Paths outside the prefix go to libc.
 
 use crate::real;
+use crate::route::with_joined_paths;
 use crate::util::{errno, set_errno};
 use libc::{c_char, c_int, c_void};
 use std::collections::HashSet;
@@ -67,13 +68,13 @@ struct Walk {
 fn stat_of(path: &CString, follow: bool) -> Result<libc::stat, c_int> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: the shim's own stat on a C string, into a local buffer.
-    let r = unsafe {
+    let r = with_joined_paths(|| unsafe {
         if follow {
             crate::stat::stat64(path.as_ptr(), st.as_mut_ptr())
         } else {
             crate::stat::lstat64(path.as_ptr(), st.as_mut_ptr())
         }
-    };
+    });
     // SAFETY: zeroed is a valid stat, filled on success.
     if r == 0 {
         Ok(unsafe { st.assume_init() })
@@ -256,7 +257,7 @@ fn parent_of(path: &[u8]) -> &[u8] {
 fn read_names(path: &CString) -> Result<Vec<Vec<u8>>, c_int> {
     // SAFETY: the shim's own directory calls on a C string; each entry's name is a C string
     // inside the stream's buffer, copied before the next read.
-    unsafe {
+    with_joined_paths(|| unsafe {
         let d = crate::dirs::opendir(path.as_ptr());
         if d.is_null() {
             return Err(errno());
@@ -274,25 +275,33 @@ fn read_names(path: &CString) -> Result<Vec<Vec<u8>>, c_int> {
         }
         crate::dirs::closedir(d);
         Ok(names)
-    }
+    })
 }
 
 fn chdir(path: &CString) -> bool {
     // SAFETY: the shim's own chdir on a C string.
-    unsafe { crate::cwd::chdir(path.as_ptr()) == 0 }
+    with_joined_paths(|| unsafe { crate::cwd::chdir(path.as_ptr()) == 0 })
 }
 
-/// The current directory, as the shim sees it.
+/// The current directory, as the shim sees it (it may be longer than PATH_MAX: the buffer
+/// grows until it fits).
 fn cwd() -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: the shim's own getcwd into a buffer of that size.
-    let p = unsafe { crate::cwd::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
-    if p.is_null() {
-        return None;
+    let mut size = libc::PATH_MAX as usize;
+    loop {
+        let mut buf = vec![0u8; size];
+        // SAFETY: the shim's own getcwd into a buffer of that size.
+        let p = unsafe { crate::cwd::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+        if p.is_null() {
+            if errno() == libc::ERANGE && size < 1 << 20 {
+                size *= 4;
+                continue;
+            }
+            return None;
+        }
+        let n = buf.iter().position(|&b| b == 0)?;
+        buf.truncate(n);
+        return Some(buf);
     }
-    let n = buf.iter().position(|&b| b == 0)?;
-    buf.truncate(n);
-    Some(buf)
 }
 
 /// Walk the tree at `dir` (under the prefix) as nftw would.
@@ -301,6 +310,11 @@ fn walk(dir: *const c_char, callback: Callback, flags: c_int) -> c_int {
     let mut path = unsafe { std::ffi::CStr::from_ptr(dir) }.to_bytes().to_vec();
     if path.is_empty() {
         set_errno(libc::ENOENT);
+        return -1;
+    }
+    // The program's own string is held to PATH_MAX (the paths joined from it below are not).
+    if path.len() >= libc::PATH_MAX as usize {
+        set_errno(libc::ENAMETOOLONG);
         return -1;
     }
     // Trailing slashes go (not a lone "/"), as glibc strips them.

@@ -396,11 +396,48 @@ pub unsafe fn is_ours(path: *const c_char) -> bool {
 
 #[inline(always)]
 pub fn route_bytes(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
-    // The kernel's limit on a path a program passes, whichever side serves it. Paths the
-    // shim joins from it (to its directory's path) may be longer: the pool walks them.
-    if p.len() >= libc::PATH_MAX as usize {
-        return Err(libc::ENAMETOOLONG);
+    let r = route_any_length(dirfd, p)?;
+    if p.len() >= libc::PATH_MAX as usize && !matches!(r, Route::Pass) {
+        return too_long(r);
     }
+    Ok(r)
+}
+
+thread_local! {
+    /// Set while the shim's own code calls its entry points with paths it joined itself
+    /// (`with_joined_paths`).
+    static JOINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f`, whose calls into the shim's entry points pass paths the shim joined itself
+/// (its nftw walker's: a directory's path and a name), exempt from PATH_MAX.
+pub fn with_joined_paths<T>(f: impl FnOnce() -> T) -> T {
+    /// Puts the flag back however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = JOINED.try_with(|j| j.set(self.0));
+        }
+    }
+    let _restore = Restore(JOINED.with(|j| j.replace(true)));
+    f()
+}
+
+/// A route to the pool for a path of PATH_MAX bytes or more: refused, as the kernel refuses
+/// such a string from a program (paths the shim joins from one may be longer: the pool
+/// walks them). Routes to libc are left to libc, which may resolve such a string piece by
+/// piece (`realpath`).
+#[cold]
+fn too_long(r: Route<'_>) -> Res<Route<'_>> {
+    if JOINED.with(|j| j.get()) {
+        Ok(r)
+    } else {
+        Err(libc::ENAMETOOLONG)
+    }
+}
+
+#[inline(always)]
+fn route_any_length(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
     if p.first() == Some(&b'/') {
         return Ok(match strip_mount(p) {
             Some(rest) => Route::Ours(if rest.is_empty() {

@@ -6,6 +6,7 @@
 #include "check.h"
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +23,17 @@ static void descend(const char *top, int fds[LEVELS + 1]) {
         fds[i + 1] = openat(fds[i], name, O_RDONLY | O_DIRECTORY);
         CHECK(fds[i + 1] >= 0);
     }
+}
+
+/* What an nftw of the tree saw: entries, and the deepest level. */
+static int walked, deepest;
+
+static int on_entry(const char *fpath, const struct stat *st, int flag, struct FTW *f) {
+    (void)fpath, (void)st;
+    CHECK(flag == FTW_F || flag == FTW_D || flag == FTW_DP);
+    walked++;
+    if (f->level > deepest) deepest = f->level;
+    return 0;
 }
 
 /* Entries of directory `path` other than "." and "..". */
@@ -105,10 +117,18 @@ static void run(const char *top) {
     CHECK(chdir("/") == 0);
     CHECK(close(fd) == 0);
 
+    /* nftw walks the whole tree (its paths, joined by the walker, pass PATH_MAX), before
+     * and after the entries of each directory. */
+    for (int depth_first = 0; depth_first < 2; depth_first++) {
+        walked = deepest = 0;
+        CHECK(nftw(top, on_entry, 16, FTW_PHYS | (depth_first ? FTW_DEPTH : 0)) == 0);
+        CHECK(walked == LEVELS + 2 && deepest == LEVELS + 1);
+    }
+
     /* A path string of PATH_MAX bytes or more is refused, whichever side it names. */
-    char *lng = malloc(PATH_MAX + 16);
+    char *lng = malloc(PATH_MAX + 64);
     CHECK(lng != NULL);
-    int at = snprintf(lng, PATH_MAX + 16, "%s/", top);
+    int at = snprintf(lng, PATH_MAX + 64, "%s/", top);
     while (at < PATH_MAX + 8)
         lng[at++] = 'x';
     lng[at] = 0;
@@ -116,6 +136,17 @@ static void run(const char *top) {
     CHECK(open(lng, O_RDONLY) < 0 && errno == ENAMETOOLONG);
     errno = 0;
     CHECK(mkdir(lng + strlen(top) + 1, 0755) < 0 && errno == ENAMETOOLONG);
+    errno = 0;
+    CHECK(nftw(lng, on_entry, 16, FTW_PHYS) < 0 && errno == ENAMETOOLONG);
+    /* But a long string naming a short path outside the pool is libc's to resolve, one
+     * component at a time. */
+    at = 0;
+    for (int i = 0; i < PATH_MAX / 2 + 8; i++, at += 2)
+        memcpy(lng + at, "/.", 2);
+    strcpy(lng + at, "/tmp");
+    char *tmp = realpath(lng, NULL);
+    CHECK(tmp != NULL && strcmp(tmp, "/tmp") == 0);
+    free(tmp);
     free(lng);
 
     /* Remove it all, bottom up, through descriptors. */
