@@ -3,7 +3,7 @@
 //! canonicalize_file_name answer in the process's namespace.
 
 use crate::ops::{Side, real_ret, side};
-use crate::route::{Route, mounted, refresh_real_cwd, set_virtual_cwd, virtual_cwd};
+use crate::route::{Route, mounted, refresh_real_cwd};
 use crate::session::op;
 use crate::util::{Res, en, guard};
 use crate::{real, routed, table};
@@ -18,8 +18,8 @@ fn strip_slash(mut p: Vec<u8>) -> Vec<u8> {
 
 /// After a successful real chdir: the current directory is a real one again.
 fn left_pool() {
-    if virtual_cwd().is_some() {
-        set_virtual_cwd(None);
+    if crate::vcwd::is_set() {
+        crate::vcwd::set(None);
     }
     refresh_real_cwd();
 }
@@ -47,7 +47,9 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
                     }
                     fs.access_at(None, &p, libc::X_OK as u32, true)
                         .map_err(en)?;
-                    set_virtual_cwd(Some(strip_slash(p)));
+                    // The directory itself, which relative paths then start from.
+                    let h = fs.handle_of(m.ino).map_err(en)?;
+                    crate::vcwd::set(Some((strip_slash(p), Some(h))));
                     Ok(0)
                 }
                 Side::Real(p) => {
@@ -77,10 +79,19 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
             if !of.is_dir() {
                 return Err(libc::ENOTDIR);
             }
-            set_virtual_cwd(Some(of.path().to_vec()));
+            crate::vcwd::set(Some((of.path().to_vec(), Some(of.handle()))));
             Ok(0)
         })
     })
+}
+
+/// A libc string result as a result (errno on null).
+fn non_null(p: *mut c_char) -> Res<*mut c_char> {
+    if p.is_null() {
+        Err(crate::util::errno())
+    } else {
+        Ok(p)
+    }
 }
 
 /// Copy `s` as a C string into the caller's buffer, or a malloc'd one for a null buffer.
@@ -118,15 +129,21 @@ fn out_str(s: &[u8], buf: *mut c_char, size: size_t, exact_if_null: bool) -> Res
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
     crate::guarded!(std::ptr::null_mut(), {
-        let Some(v) = virtual_cwd() else {
+        if !crate::vcwd::is_set() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::getcwd(buf, size) });
-        };
+        }
         guard(std::ptr::null_mut(), || {
             if !buf.is_null() && size == 0 {
                 return Err(libc::EINVAL);
             }
-            out_str(&mounted(&v), buf, size, false)
+            let _op = op();
+            let Some(v) = crate::vcwd::current_path() else {
+                // Left the pool meanwhile (another thread's chdir).
+                // SAFETY: forwarding unchanged.
+                return non_null(unsafe { real::getcwd(buf, size) });
+            };
+            out_str(&mounted(&v?), buf, size, false)
         })
     })
 }
@@ -145,12 +162,17 @@ pub unsafe extern "C" fn __getcwd_chk(buf: *mut c_char, size: size_t, len: size_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
     crate::guarded!(std::ptr::null_mut(), {
-        let Some(v) = virtual_cwd() else {
+        if !crate::vcwd::is_set() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::get_current_dir_name() });
-        };
+        }
         guard(std::ptr::null_mut(), || {
-            out_str(&mounted(&v), std::ptr::null_mut(), 0, true)
+            let _op = op();
+            let Some(v) = crate::vcwd::current_path() else {
+                // SAFETY: forwarding unchanged.
+                return non_null(unsafe { real::get_current_dir_name() });
+            };
+            out_str(&mounted(&v?), std::ptr::null_mut(), 0, true)
         })
     })
 }
@@ -221,7 +243,7 @@ pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_c
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getwd(buf: *mut c_char) -> *mut c_char {
     crate::guarded!(std::ptr::null_mut(), {
-        if virtual_cwd().is_none() {
+        if !crate::vcwd::is_set() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::getwd(buf) });
         }

@@ -50,6 +50,7 @@ pub mod syscalls;
 pub mod table;
 pub mod tempfiles;
 pub mod util;
+pub mod vcwd;
 pub mod wait;
 pub mod xfer;
 

@@ -2,14 +2,14 @@
 //! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
 //! and exec: descriptors survive as memfds (see `desc`; they are published before fork and
 //! posix_spawn), the virtual current directory as
-//! `ENGRAM_CWD=<dev>:<ino>:<pool path>` (valid only while the real one is unchanged), what
+//! `ENGRAM_CWD=<dev>:<ino>:<dir ino>:<dir generation>:<pool path>` (valid only while the
+//! real one is unchanged; the directory's handle, 0:0 when not known), what
 //! the new image need not look for (`inherit`), and programs stored in the pool run from a
 //! copy (`exec`).
 
 use crate::exec::Program;
 use crate::inherit::ExecEnv;
 use crate::real;
-use crate::route::{set_virtual_cwd, virtual_cwd};
 use libc::{c_char, c_int, pid_t};
 use std::ffi::CString;
 use std::sync::Mutex;
@@ -62,14 +62,20 @@ fn real_cwd_id() -> Option<(u64, u64)> {
 static EXPORTED: Mutex<Option<CString>> = Mutex::new(None);
 
 fn cwd_entry() -> Option<CString> {
+    if crate::vcwd::is_set() {
+        // Its path as it is now (a rename since the chdir is exported anew).
+        let _op = crate::session::op();
+        let _ = crate::vcwd::current_path();
+    }
     EXPORTED.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Keep ENGRAM_CWD in the environment in step with the virtual current directory.
 pub fn export_cwd() {
-    let v = virtual_cwd().and_then(|p| {
+    let v = crate::vcwd::get().and_then(|(dir, p)| {
         let (dev, ino) = real_cwd_id()?;
-        let mut s = format!("{dev}:{ino}:").into_bytes();
+        let h = dir.map_or((0, 0), |d| (d.handle().ino, d.handle().generation));
+        let mut s = format!("{dev}:{ino}:{}:{}:", h.0, h.1).into_bytes();
         s.extend_from_slice(&p);
         CString::new(s).ok()
     });
@@ -98,13 +104,23 @@ pub fn import_cwd() {
     }
     // SAFETY: a valid C string from getenv.
     let v = unsafe { crate::util::cbytes(p) }.to_vec();
-    let mut parts = v.splitn(3, |&b| b == b':');
-    let (Some(dev), Some(ino), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+    let mut parts = v.splitn(5, |&b| b == b':');
+    let (Some(dev), Some(ino), Some(dir_ino), Some(dir_gen), Some(path)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
         return;
     };
     let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+    let dir = num(dir_ino)
+        .zip(num(dir_gen).and_then(|g| u32::try_from(g).ok()))
+        .filter(|&(ino, _)| ino != 0)
+        .map(|(ino, generation)| engram_core::Handle { ino, generation });
     if path.first() == Some(&b'/') && real_cwd_id() == num(dev).zip(num(ino)) {
-        set_virtual_cwd(Some(path.to_vec()));
+        crate::vcwd::set(Some((path.to_vec(), dir)));
     } else {
         // SAFETY: unsetenv with a NUL-terminated name.
         unsafe { libc::unsetenv(c"ENGRAM_CWD".as_ptr()) };

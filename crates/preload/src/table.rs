@@ -267,6 +267,15 @@ pub struct DirRef {
     generation: u64,
 }
 
+impl From<Handle> for DirRef {
+    fn from(h: Handle) -> DirRef {
+        DirRef {
+            ino: h.ino,
+            generation: u64::from(h.generation),
+        }
+    }
+}
+
 impl DirRef {
     pub fn handle(self) -> Handle {
         Handle {

@@ -64,8 +64,9 @@ fn coreutils_round_trip_a_real_tree() {
 }
 
 /// Shell redirections and pipes into the pool, cd into it and relative paths from there,
-/// and a tree deeper than PATH_MAX made by `mkdir -p`, entered by cd, found by find and
-/// removed by `rm -rf`, as in a real directory.
+/// a tree deeper than PATH_MAX made by `mkdir -p`, entered by cd, found by find and removed
+/// by `rm -rf`, and a current directory renamed (by the shell, then by a child process) or
+/// removed under the shell, all as in a real directory.
 #[test]
 fn shell_redirections_pipes_and_cd() {
     let p = Pool::new("shell", 64);
@@ -106,6 +107,22 @@ via-3-child"
         test "$(find $M/deep -name f | wc -l)" = 1
         rm -rf $M/deep
         test ! -e $M/deep
+        mkdir -p $M/ren/b
+        echo x > $M/ren/b/f
+        cd $M/ren/b
+        mv $M/ren $M/ren2
+        test "$(cat f)" = x
+        test "$(/bin/pwd)" = $M/ren2/b
+        test "$(ls)" = f
+        test "$(sh -c "mv $M/ren2 $M/ren3; cat f; /bin/pwd")" = "x
+$M/ren3/b"
+        test "$(/bin/pwd)" = $M/ren3/b
+        test "$(cat ../b/f)" = x
+        mkdir $M/gone
+        cd $M/gone
+        rmdir $M/gone
+        if /bin/pwd 2>/dev/null || touch h 2>/dev/null; then exit 1; fi
+        cd /
         echo done
         "#);
     assert!(out.contains("copy r.txt"), "{out}");
