@@ -3,7 +3,8 @@
 //! canonicalize_file_name answer in the process's namespace.
 
 use crate::ops::{Side, real_ret, side};
-use crate::route::{Route, mounted, refresh_real_cwd};
+use crate::realcwd;
+use crate::route::{Route, mounted};
 use crate::session::op;
 use crate::util::{Res, en, guard};
 use crate::{real, routed, table};
@@ -21,7 +22,7 @@ fn left_pool() {
     if crate::vcwd::is_set() {
         crate::vcwd::set(None);
     }
-    refresh_real_cwd();
+    realcwd::refresh();
 }
 
 #[unsafe(no_mangle)]

@@ -39,6 +39,7 @@ pub mod paths;
 pub mod printf;
 pub mod process;
 pub mod real;
+pub mod realcwd;
 pub mod reclocks;
 pub mod resolve;
 pub mod route;
@@ -61,7 +62,7 @@ extern "C" fn init() {
     let _ = std::panic::catch_unwind(|| {
         opguard::init();
         route::config();
-        route::refresh_real_cwd();
+        realcwd::refresh();
         process::register_fork_handlers();
         process::import_cwd();
         if !inherit::nothing_inherited() {

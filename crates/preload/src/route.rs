@@ -2,14 +2,13 @@
 //! routes to EngramFS, everything else to libc. Deciding that allocates nothing and takes no
 //! lock unless the path is ours (or the current directory is a virtual one inside the pool).
 
-use crate::table;
 use crate::util::{Res, cbytes};
+use crate::{realcwd, table};
 use engram_core::Handle;
 use libc::{c_char, c_int};
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 pub use engram_run::{DEFAULT_MOUNT, DEFAULT_POOL};
 
@@ -41,7 +40,7 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
 /// without allocating: an allocation there would re-enter that malloc (jemalloc in rustc
 /// then waited on its own lock for ever).
 #[inline(always)]
-fn mount_prefix() -> Option<&'static [u8]> {
+pub(crate) fn mount_prefix() -> Option<&'static [u8]> {
     match CONFIG.get() {
         Some(c) => Some(&c.mount[..]),
         None => mount_from_env(),
@@ -127,7 +126,7 @@ pub fn strip_mount(path: &[u8]) -> Option<&[u8]> {
     strip_by_component(m, path)
 }
 
-fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
+pub(crate) fn strip_prefix<'a>(prefix: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
     if path.first() != Some(&b'/') {
         return None;
     }
@@ -222,70 +221,6 @@ pub fn outside(rest: &[u8]) -> Vec<u8> {
 
 fn has_dotdot(p: &[u8]) -> bool {
     p.split(|&b| b == b'/').any(|c| c == b"..")
-}
-
-// ------------------------------------------------------------------ current directory
-
-/// A copy of the real current directory (a seqlock over words), kept so that a relative path
-/// such as "engram/f" from /mnt is recognised without allocating.
-const RCWD_WORDS: usize = 512;
-static RCWD: [AtomicU64; RCWD_WORDS] = [const { AtomicU64::new(0) }; RCWD_WORDS];
-static RCWD_LEN: AtomicUsize = AtomicUsize::new(0);
-static RCWD_SEQ: AtomicU32 = AtomicU32::new(0);
-/// Whether the real current directory is an ancestor of the mount prefix.
-static RCWD_NEAR: AtomicBool = AtomicBool::new(false);
-
-/// Refresh the copy of the real current directory (after chdir, fchdir and at start).
-pub fn refresh_real_cwd() {
-    let mut buf = [0u8; RCWD_WORDS * 8];
-    // SAFETY: getcwd into a local buffer of the given size.
-    let p = unsafe { crate::real::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };
-    if p.is_null() {
-        RCWD_LEN.store(0, Ordering::Release);
-        RCWD_NEAR.store(false, Ordering::Release);
-        return;
-    }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(0);
-    // Writers (chdir calls) are rare; an odd sequence number marks an update in progress.
-    let mut s = RCWD_SEQ.load(Ordering::Relaxed);
-    loop {
-        if s & 1 == 0
-            && let Ok(_) =
-                RCWD_SEQ.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-        {
-            break;
-        }
-        std::hint::spin_loop();
-        s = RCWD_SEQ.load(Ordering::Relaxed);
-    }
-    for (i, w) in RCWD.iter().enumerate() {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-        w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-    }
-    RCWD_LEN.store(len, Ordering::Relaxed);
-    let near = mount_prefix().is_some_and(|m| strip_prefix(&buf[..len], m).is_some());
-    RCWD_NEAR.store(near, Ordering::Relaxed);
-    RCWD_SEQ.store(s + 2, Ordering::Release);
-}
-
-/// Copy the real current directory into `out`; returns its length (0 if unknown).
-fn real_cwd(out: &mut [u8; RCWD_WORDS * 8]) -> usize {
-    loop {
-        let s = RCWD_SEQ.load(Ordering::Acquire);
-        if s & 1 != 0 {
-            std::hint::spin_loop();
-            continue;
-        }
-        for (i, w) in RCWD.iter().enumerate() {
-            out[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-        }
-        let len = RCWD_LEN.load(Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Acquire);
-        if RCWD_SEQ.load(Ordering::Relaxed) == s {
-            return len.min(out.len());
-        }
-    }
 }
 
 // ------------------------------------------------------------------ routing
@@ -487,15 +422,15 @@ fn route_relative(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
             None => Ok(Route::Pass),
         };
     }
-    if p.is_empty() || (!RCWD_NEAR.load(Ordering::Relaxed) && !has_dotdot(p)) {
+    if p.is_empty() || (!realcwd::near() && !has_dotdot(p)) {
         return Ok(Route::Pass);
     }
-    let mut cwd = [0u8; RCWD_WORDS * 8];
-    let n = real_cwd(&mut cwd);
+    let mut cwd = [0u8; realcwd::MAX];
+    let n = realcwd::copy(&mut cwd);
     if n == 0 {
         return Ok(Route::Pass);
     }
-    let mut buf = [0u8; RCWD_WORDS * 8 * 2];
+    let mut buf = [0u8; realcwd::MAX * 2];
     let Some(len) = lexical(&[&cwd[..n], p], &mut buf) else {
         return Ok(Route::Pass);
     };
@@ -554,7 +489,7 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
     for k in 0..nd {
         link[head.len() + k] = digits[nd - 1 - k];
     }
-    let mut dir = [0u8; RCWD_WORDS * 8];
+    let mut dir = [0u8; realcwd::MAX];
     // SAFETY: readlink of a NUL-terminated path into a local buffer of the given size.
     let n = unsafe {
         crate::real::readlink(
@@ -566,7 +501,7 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
     if n <= 0 || n as usize >= dir.len() || dir[0] != b'/' {
         return Route::Pass;
     }
-    let mut buf = [0u8; RCWD_WORDS * 8 * 2];
+    let mut buf = [0u8; realcwd::MAX * 2];
     let Some(len) = lexical(&[&dir[..n as usize], p], &mut buf) else {
         return Route::Pass;
     };
