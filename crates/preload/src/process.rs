@@ -418,6 +418,75 @@ pub unsafe extern "C" fn fexecve(
     })
 }
 
+/// execveat: a program in the pool, named relative to a directory descriptor (of the pool
+/// or a real one) or, with AT_EMPTY_PATH, open as the descriptor itself, runs from a copy
+/// as for `execve` and `fexecve`; anything else goes to libc.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    crate::guarded!(-1, {
+        // SAFETY: the caller's path (null is left to the kernel).
+        let empty = !path.is_null() && unsafe { *path } == 0;
+        let program = if empty && flags & libc::AT_EMPTY_PATH != 0 {
+            crate::desc::refuse_spare(dirfd)?;
+            if crate::table::is_ours(dirfd) {
+                Some(Program::of_fd(dirfd)?)
+            } else {
+                None
+            }
+        } else {
+            // SAFETY: the caller's path.
+            match unsafe { crate::route::route(dirfd, path) } {
+                Ok(crate::route::Route::Pass) => None,
+                r => {
+                    r?;
+                    let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                        libc::O_NOFOLLOW
+                    } else {
+                        0
+                    };
+                    // SAFETY: the shim's own calls on the caller's C string.
+                    let fd = unsafe {
+                        if crate::attrs::faccessat(dirfd, path, libc::X_OK, 0) != 0 {
+                            return Err(crate::util::errno());
+                        }
+                        crate::open::openat(
+                            dirfd,
+                            path,
+                            libc::O_RDONLY | libc::O_CLOEXEC | nofollow,
+                            0,
+                        )
+                    };
+                    if fd < 0 {
+                        // A final symlink under AT_SYMLINK_NOFOLLOW: ELOOP, as the kernel.
+                        return Err(crate::util::errno());
+                    }
+                    let copy = Program::of_fd(fd);
+                    // SAFETY: closing the descriptor just opened.
+                    unsafe { crate::open::close(fd) };
+                    Some(copy?)
+                }
+            }
+        };
+        let own = cwd_entry();
+        // SAFETY: the caller's environment array.
+        let env = unsafe { fixed_env(envp, &own) };
+        // SAFETY: the real fexecve of the copy, or the real execveat with the caller's
+        // arguments.
+        replacing_image(|| unsafe {
+            match &program {
+                Some(p) => real::fexecve(p.fd(), argv, env.as_ptr()),
+                None => real::execveat(dirfd, path, argv, env.as_ptr(), flags),
+            }
+        })
+    })
+}
+
 /// Before posix_spawn: every description published, with its lock file open (as before
 /// fork).
 fn publish_all() {

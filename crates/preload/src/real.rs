@@ -270,6 +270,7 @@ reals! {
     fn wait4(pid: pid_t, status: *mut c_int, options: c_int, usage: *mut c_void) -> pid_t;
     fn waitid(idtype: c_uint, id: c_uint, info: *mut libc::siginfo_t, options: c_int) -> c_int;
     fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
     fn posix_spawn(pid: *mut pid_t, path: *const c_char, fa: *const c_void, at: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut pid_t, path: *const c_char, fa: *const c_void, at: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn getxattr(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;

@@ -1,5 +1,6 @@
 /* Programs stored in the pool (argv[1]): a script and a copy of /bin/true, run through
- * execv, execvp, execve, fexecve, execl, execlp, execle and posix_spawn from forked
+ * execv, execvp, execve, fexecve, execveat (relative to a directory descriptor, and of the
+ * descriptor itself with AT_EMPTY_PATH), execl, execlp, execle and posix_spawn from forked
  * children; a file without
  * execute permission gives EACCES. Prints EXEC-OK. */
 #define _GNU_SOURCE
@@ -70,6 +71,27 @@ static void by_fexecve(const char *prog) {
     fexecve(fd, av, environ);
 }
 
+static void by_execveat(const char *prog) {
+    /* Relative to its directory's descriptor. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", prog);
+    *strrchr(dir, '/') = 0;
+    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0) return;
+    char *av[] = {(char *)prog, "execveat", NULL};
+    execveat(d, strrchr(prog, '/') + 1, av, environ, 0);
+}
+static void by_execveat_fd(const char *prog) {
+    int fd = open(prog, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char *av[] = {(char *)prog, "execveat-fd", NULL};
+    execveat(fd, "", av, environ, AT_EMPTY_PATH);
+}
+static void by_execveat_nofollow(const char *prog) {
+    char *av[] = {(char *)prog, "nofollow", NULL};
+    execveat(AT_FDCWD, prog, av, environ, AT_SYMLINK_NOFOLLOW);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     char script[512], binary[512], plain[512], out[256];
@@ -90,10 +112,11 @@ int main(int argc, char **argv) {
     CHECK(run(by_execvp, bare, out, sizeof out) == 0 && strcmp(out, "bare execvp\n") == 0);
     CHECK(run(by_execv, bare, out, sizeof out) == 99);
 
-    void (*ways[])(const char *) = {by_execv,  by_execvp, by_execve, by_fexecve,
-                                    by_execl,  by_execlp, by_execle};
-    const char *names[] = {"execv", "execvp", "execve", "fexecve", "execl", "execlp", "execle"};
-    for (int i = 0; i < 7; i++) {
+    void (*ways[])(const char *) = {by_execv, by_execvp, by_execve,   by_fexecve,   by_execveat,
+                                    by_execveat_fd, by_execl, by_execlp, by_execle};
+    const char *names[] = {"execv",       "execvp", "execve", "fexecve", "execveat",
+                           "execveat-fd", "execl",  "execlp", "execle"};
+    for (int i = 0; i < 9; i++) {
         char want[64];
         snprintf(want, sizeof want, "ran %s%s\n", names[i],
                  strcmp(names[i], "execle") == 0 ? "+env" : "");
@@ -105,6 +128,13 @@ int main(int argc, char **argv) {
         CHECK(run(ways[i], binary, out, sizeof out) == 0 && out[0] == 0);
         CHECK(run(ways[i], plain, out, sizeof out) == 13);
     }
+
+    /* execveat with AT_SYMLINK_NOFOLLOW refuses a final symlink (ELOOP) and runs the file. */
+    char link[512];
+    snprintf(link, sizeof link, "%s/true-link", argv[1]);
+    CHECK(symlink("true", link) == 0);
+    CHECK(run(by_execveat_nofollow, link, out, sizeof out) == 99 && strstr(out, "symbolic links"));
+    CHECK(run(by_execveat_nofollow, binary, out, sizeof out) == 0 && out[0] == 0);
 
     /* A PATH naming a pool directory: execvp and execlp find the program there, and still
      * find programs in the real directories after it. */
