@@ -50,7 +50,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
                         .map_err(en)?;
                     // The directory itself, which relative paths then start from.
                     let h = fs.handle_of(m.ino).map_err(en)?;
-                    crate::vcwd::set(Some((strip_slash(p), Some(h))));
+                    crate::vcwd::enter(strip_slash(p), h);
                     Ok(0)
                 }
                 Side::Real(p) => {
@@ -80,7 +80,7 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
             if !of.is_dir() {
                 return Err(libc::ENOTDIR);
             }
-            crate::vcwd::set(Some((of.path().to_vec(), Some(of.handle()))));
+            crate::vcwd::enter(of.path().to_vec(), of.handle());
             Ok(0)
         })
     })

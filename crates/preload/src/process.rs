@@ -2,8 +2,9 @@
 //! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
 //! and exec: descriptors survive as memfds (see `desc`; they are published before fork and
 //! posix_spawn), the virtual current directory as
-//! `ENGRAM_CWD=<dev>:<ino>:<dir ino>:<dir generation>:<pool path>` (valid only while the
-//! real one is unchanged; the directory's handle, 0:0 when not known), what
+//! `ENGRAM_CWD=<dev>:<ino>:<pool id>:<dir ino>:<dir generation>:<pool path>` (valid only
+//! while the real one is unchanged; the directory's handle and the pool it belongs to,
+//! 0:0:0 when not known), what
 //! the new image need not look for (`inherit`), and programs stored in the pool run from a
 //! copy (`exec`).
 
@@ -62,24 +63,22 @@ fn real_cwd_id() -> Option<(u64, u64)> {
 static EXPORTED: Mutex<Option<CString>> = Mutex::new(None);
 
 fn cwd_entry() -> Option<CString> {
-    if crate::vcwd::is_set() {
-        // Its path as it is now (a rename since the chdir is exported anew).
-        let _op = crate::session::op();
-        let _ = crate::vcwd::current_path();
-    }
     EXPORTED.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Keep ENGRAM_CWD in the environment in step with the virtual current directory.
 pub fn export_cwd() {
-    let v = crate::vcwd::get().and_then(|(dir, p)| {
+    // Taken before the state is read: exports racing with a chdir end with the state the
+    // last of them read, which is the chdir's.
+    let mut g = EXPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    let v = crate::vcwd::exported().and_then(|(p, dir)| {
         let (dev, ino) = real_cwd_id()?;
-        let h = dir.map_or((0, 0), |d| (d.handle().ino, d.handle().generation));
-        let mut s = format!("{dev}:{ino}:{}:{}:", h.0, h.1).into_bytes();
+        let (pool, dir_ino, dir_gen) =
+            dir.map_or((0, 0, 0), |(h, pool)| (pool, h.ino, h.generation));
+        let mut s = format!("{dev}:{ino}:{pool}:{dir_ino}:{dir_gen}:").into_bytes();
         s.extend_from_slice(&p);
         CString::new(s).ok()
     });
-    let mut g = EXPORTED.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: setenv/unsetenv with NUL-terminated strings.
     unsafe {
         match &v {
@@ -104,21 +103,20 @@ pub fn import_cwd() {
     }
     // SAFETY: a valid C string from getenv.
     let v = unsafe { crate::util::cbytes(p) }.to_vec();
-    let mut parts = v.splitn(5, |&b| b == b':');
-    let (Some(dev), Some(ino), Some(dir_ino), Some(dir_gen), Some(path)) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
+    let mut parts = v.splitn(6, |&b| b == b':');
+    let mut next = || parts.next();
+    let (Some(dev), Some(ino), Some(pool), Some(dir_ino), Some(dir_gen), Some(path)) =
+        (next(), next(), next(), next(), next(), next())
+    else {
         return;
     };
     let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+    // The handle goes with its pool: it is used only once connected to that pool.
     let dir = num(dir_ino)
         .zip(num(dir_gen).and_then(|g| u32::try_from(g).ok()))
-        .filter(|&(ino, _)| ino != 0)
-        .map(|(ino, generation)| engram_core::Handle { ino, generation });
+        .zip(num(pool))
+        .filter(|&((ino, _), _)| ino != 0)
+        .map(|((ino, generation), pool)| (engram_core::Handle { ino, generation }, pool));
     if path.first() == Some(&b'/') && real_cwd_id() == num(dev).zip(num(ino)) {
         crate::vcwd::set(Some((path.to_vec(), dir)));
     } else {
@@ -430,6 +428,9 @@ pub unsafe extern "C" fn execveat(
     flags: c_int,
 ) -> c_int {
     crate::guarded!(-1, {
+        if flags & !(libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) != 0 {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: the caller's path (null is left to the kernel).
         let empty = !path.is_null() && unsafe { *path } == 0;
         let program = if empty && flags & libc::AT_EMPTY_PATH != 0 {
@@ -450,23 +451,26 @@ pub unsafe extern "C" fn execveat(
                     } else {
                         0
                     };
-                    // SAFETY: the shim's own calls on the caller's C string.
-                    let fd = unsafe {
-                        if crate::attrs::faccessat(dirfd, path, libc::X_OK, 0) != 0 {
-                            return Err(crate::util::errno());
-                        }
-                        crate::open::openat(
+                    // SAFETY: the shim's own calls on the caller's C string. Opened first:
+                    // a final symlink under AT_SYMLINK_NOFOLLOW is ELOOP whatever it points
+                    // to, as the kernel has it; then the file opened must be executable.
+                    let (fd, access) = unsafe {
+                        let fd = crate::open::openat(
                             dirfd,
                             path,
                             libc::O_RDONLY | libc::O_CLOEXEC | nofollow,
                             0,
+                        );
+                        if fd < 0 {
+                            return Err(crate::util::errno());
+                        }
+                        let access = crate::attrs::faccessat(dirfd, path, libc::X_OK, 0);
+                        (
+                            fd,
+                            (access == 0).then_some(()).ok_or_else(crate::util::errno),
                         )
                     };
-                    if fd < 0 {
-                        // A final symlink under AT_SYMLINK_NOFOLLOW: ELOOP, as the kernel.
-                        return Err(crate::util::errno());
-                    }
-                    let copy = Program::of_fd(fd);
+                    let copy = access.and_then(|()| Program::of_fd(fd));
                     // SAFETY: closing the descriptor just opened.
                     unsafe { crate::open::close(fd) };
                     Some(copy?)

@@ -409,9 +409,10 @@ fn route_relative(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
         return Err(libc::EBADF);
     }
     if crate::vcwd::is_set() {
-        // Walked from the directory itself (so a rename of it changes nothing), or, for
-        // one inherited across exec whose handle is not known yet, from its path.
-        return match crate::vcwd::get() {
+        // Walked from the directory itself (so a rename of it changes nothing), or from its
+        // path where no handle of this pool is known (inherited from a process that had no
+        // handle, or that worked in another pool).
+        return match crate::vcwd::get_for_walk() {
             Some(_) if p.is_empty() => Err(libc::ENOENT),
             Some((Some(dir), _)) => Ok(Route::At {
                 dir,

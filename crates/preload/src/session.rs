@@ -66,6 +66,8 @@ enum Mode {
 pub struct Conn {
     pub fs: Fs,
     pub inside: Fs,
+    /// The number naming the pool's side files (`sidefiles::pool_id`).
+    pub pool_id: u64,
 }
 
 /// The current connection, published for lock-free borrowing; null until connected, in a
@@ -114,6 +116,15 @@ fn conn() -> Res<&'static Conn> {
     Ok(unsafe { &*p })
 }
 
+/// This process's connection, if it has one already (never connects: not in a forked child
+/// before its first call to the pool, nor in a process that has not reached it yet).
+#[inline]
+pub fn connected() -> Option<&'static Conn> {
+    let p = FAST.load(Ordering::Acquire);
+    // SAFETY: FAST only ever holds a leaked `Conn`, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
 /// This process's daemon connection, if it has one already (never connects).
 pub fn daemon_now() -> Option<&'static Fs> {
     let p = FAST.load(Ordering::Acquire);
@@ -149,7 +160,12 @@ fn connect_slow() -> Res<&'static Conn> {
             // longer than PATH_MAX; it checks the strings programs pass itself (`route`).
             let fs = fs.without_path_limit();
             let inside = fs.staying_inside();
-            let c: &'static Conn = Box::leak(Box::new(Conn { fs, inside }));
+            let pool_id = s.pool_id;
+            let c: &'static Conn = Box::leak(Box::new(Conn {
+                fs,
+                inside,
+                pool_id,
+            }));
             s.fs = Some(c);
             FAST.store(c as *const Conn as *mut Conn, Ordering::Release);
             Ok(c)

@@ -2,9 +2,10 @@
 //! directory is a directory of the pool (the real one stays where it was). It is kept as
 //! the directory itself (its handle), as the kernel keeps a process's current directory:
 //! renaming it, or a directory above it, changes nothing for relative paths, and its path
-//! is found again from the handle when something needs it (getcwd, a child's ENGRAM_CWD, a
-//! walk that leaves the pool). A current directory taken over from the image that exec'd
-//! this one has only its path until the next chdir.
+//! is found again from the handle when something needs it (getcwd, a walk that leaves the
+//! pool). A handle belongs to one pool: one inherited across exec (`ENGRAM_CWD`) is used
+//! only once this process is connected to the pool it came from; until then, and in a
+//! process connected to another pool, relative paths start from the path.
 
 use crate::table::DirRef;
 use crate::util::Res;
@@ -12,10 +13,13 @@ use engram_core::{Fs, Handle};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// A directory's handle and the pool it belongs to (`sidefiles::pool_id`).
+pub type PoolDir = (Handle, u64);
+
 struct Vcwd {
     /// Canonical, from the pool's root, as last known.
     path: Vec<u8>,
-    dir: Option<Handle>,
+    dir: Option<PoolDir>,
 }
 
 /// Set while the current directory is a directory of the pool.
@@ -39,19 +43,54 @@ pub fn is_set() -> bool {
     SET.load(Ordering::Acquire)
 }
 
-/// The current directory, if it is a directory of the pool: its handle when known, and its
-/// path as last known (not checked: see `current_path`).
+/// The current directory, if it is a directory of the pool: its handle when it can be used
+/// (this process is connected to the pool the handle belongs to), and its path as last
+/// known (not checked: see `current_path`).
 pub fn get() -> Option<(Option<DirRef>, Vec<u8>)> {
     if !is_set() {
         return None;
     }
     let g = lock();
-    is_set().then(|| (g.dir.map(DirRef::from), g.path.clone()))
+    let pool = crate::session::connected().map(|c| c.pool_id);
+    let dir = g
+        .dir
+        .filter(|&(_, of)| Some(of) == pool)
+        .map(|(h, _)| DirRef::from(h));
+    is_set().then(|| (dir, g.path.clone()))
 }
 
-/// Make directory `dir` (its canonical path from the pool's root, and its handle when
-/// known) the current directory, or leave the pool (None).
-pub fn set(to: Option<(Vec<u8>, Option<Handle>)>) {
+/// `get` for a walk from the current directory, which is about to reach the pool: a handle
+/// inherited across exec is checked against the pool this process connects to first (a
+/// fresh image has not connected yet, and the path it inherited may be stale).
+pub fn get_for_walk() -> Option<(Option<DirRef>, Vec<u8>)> {
+    let got = get()?;
+    if got.0.is_none() && crate::session::connected().is_none() && lock().dir.is_some() {
+        // Connect, then look again (an error leaves the path: the walk then reports it).
+        let _ = crate::session::fs();
+        return get();
+    }
+    Some(got)
+}
+
+/// What `ENGRAM_CWD` passes on: the path as last known, the handle and its pool.
+pub fn exported() -> Option<(Vec<u8>, Option<PoolDir>)> {
+    if !is_set() {
+        return None;
+    }
+    let g = lock();
+    is_set().then(|| (g.path.clone(), g.dir))
+}
+
+/// Make directory `dir` of the pool this process is connected to (its canonical path from
+/// the pool's root, and its handle) the current directory.
+pub fn enter(path: Vec<u8>, dir: Handle) {
+    let pool = crate::session::connected().map(|c| c.pool_id);
+    set(Some((path, pool.map(|p| (dir, p)))));
+}
+
+/// Make the directory at `path` the current directory, with its handle in pool `pool` when
+/// known (`Some((handle, pool))`), or leave the pool (None).
+pub fn set(to: Option<(Vec<u8>, Option<PoolDir>)>) {
     let mut g = lock();
     match to {
         Some((path, dir)) => {
@@ -72,15 +111,20 @@ pub fn set(to: Option<(Vec<u8>, Option<Handle>)>) {
 
 /// The current directory's path as it is now, if it is a directory of the pool: the path
 /// last known while it still names the directory, else found again from the handle (and
-/// kept). ENOENT once the directory has been removed, as Linux's getcwd gives.
+/// kept). ENOENT once the directory has been removed, as Linux's getcwd gives. Through a
+/// daemon, an image not yet connected connects (the path it inherited may be stale); a
+/// forked child of a process that opened the pool itself cannot, and gives the path last
+/// known.
 pub fn current_path() -> Option<Res<Vec<u8>>> {
+    if is_set() && crate::session::connected().is_none() && crate::route::config().socket.is_some()
+    {
+        let _ = crate::session::fs();
+    }
     let (dir, path) = get()?;
-    let Some(h) = dir.map(DirRef::handle) else {
+    let (Some(h), Some(conn)) = (dir.map(DirRef::handle), crate::session::connected()) else {
         return Some(Ok(path));
     };
-    let Ok(fs) = crate::session::fs() else {
-        return Some(Ok(path));
-    };
+    let fs = &conn.fs;
     if names(fs, &path, h) {
         return Some(Ok(path));
     }
@@ -88,18 +132,31 @@ pub fn current_path() -> Option<Res<Vec<u8>>> {
         return Some(Err(libc::ENOENT));
     };
     let mut g = lock();
-    if g.dir == Some(h) {
+    let same = is_set() && g.dir.is_some_and(|(d, _)| d == h);
+    if same {
         g.path = now.clone();
     }
     drop(g);
-    crate::process::export_cwd();
+    if same {
+        crate::process::export_cwd();
+    }
     Some(Ok(now))
 }
 
-/// Whether `path` names the directory `h` (live: its generation is the inode's now, and an
-/// inode number has one live generation at a time).
+/// Whether `path` is the canonical path of the live directory `h`: it reaches `h` and goes
+/// through no symlink (a stale path may now lead to the same directory through one).
 fn names(fs: &Fs, path: &[u8], h: Handle) -> bool {
-    fs.stat_handle(h).is_ok() && fs.stat(path).is_ok_and(|m| m.ino == h.ino)
+    if path == b"/" {
+        // The walk of the root looks nothing up.
+        return h.ino == engram_core::layout::ROOT_INO && fs.stat_handle(h).is_ok();
+    }
+    match crate::resolve::walk(fs, path, true, true) {
+        Ok(w) => {
+            matches!(&w.resolved, crate::resolve::Resolved::Inside(c) if c == path)
+                && w.found.is_some_and(|(f, _)| f == h)
+        }
+        Err(_) => false,
+    }
 }
 
 /// The path of directory `h` from the pool's root, found by climbing its parents and

@@ -118,6 +118,11 @@ via-3-child"
 $M/ren3/b"
         test "$(/bin/pwd)" = $M/ren3/b
         test "$(cat ../b/f)" = x
+        mkdir -p $M/sy/sub
+        cd $M/sy/sub
+        mv $M/sy $M/sz
+        ln -s sz $M/sy
+        test "$(/bin/pwd)" = $M/sz/sub
         mkdir $M/gone
         cd $M/gone
         rmdir $M/gone
@@ -364,4 +369,31 @@ fn a_connected_shell_keeps_the_small_descriptor_numbers_free() {
         "the connection's descriptors: {out}"
     );
     assert_eq!(lines[1], "five", "{out}");
+}
+
+/// A child that opens another pool than its parent's does not take the parent's current
+/// directory there by its inode number: `ENGRAM_CWD` names the pool its handle belongs to.
+#[test]
+fn an_inherited_current_directory_is_not_looked_up_in_another_pool() {
+    let p = Pool::new("cwdpool", 64);
+    let other = p.scratch.join("other.pool");
+    engram_core::Fs::mkfs(&other, 16 << 20).unwrap();
+    let q = engram_core::Fs::open(&other, &Default::default()).unwrap();
+    q.mkdir("/other", 0o755).unwrap();
+    q.write_file("/other/secret", b"not yours").unwrap();
+    let q_ino = q.stat("/other").unwrap().ino;
+    drop(q);
+    let out = p.sh(&format!(
+        r#"
+        mkdir /mnt/engram/d
+        cd /mnt/engram/d
+        env -u ENGRAM_SOCKET ENGRAM_POOL={} sh -c 'cat secret 2>/dev/null || echo refused'
+        "#,
+        other.display()
+    ));
+    // The test is only meaningful if the two directories share an inode number.
+    let fs = engram_core::Fs::connect(&p.socket).unwrap();
+    assert_eq!(fs.stat("/d").unwrap().ino, q_ino);
+    assert_eq!(out.trim(), "refused");
+    common::remove_lock_files(&other);
 }

@@ -92,6 +92,11 @@ static void by_execveat_nofollow(const char *prog) {
     execveat(AT_FDCWD, prog, av, environ, AT_SYMLINK_NOFOLLOW);
 }
 
+static void by_execveat_badflags(const char *prog) {
+    char *av[] = {(char *)prog, "badflags", NULL};
+    execveat(AT_FDCWD, prog, av, environ, 0x1);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     char script[512], binary[512], plain[512], out[256];
@@ -135,6 +140,13 @@ int main(int argc, char **argv) {
     CHECK(symlink("true", link) == 0);
     CHECK(run(by_execveat_nofollow, link, out, sizeof out) == 99 && strstr(out, "symbolic links"));
     CHECK(run(by_execveat_nofollow, binary, out, sizeof out) == 0 && out[0] == 0);
+    /* Also a dangling one (ELOOP before any lookup of its target), and flags the kernel
+     * does not know are EINVAL. */
+    char dangling[512];
+    snprintf(dangling, sizeof dangling, "%s/dangling", argv[1]);
+    CHECK(symlink("no-such-file", dangling) == 0);
+    CHECK(run(by_execveat_nofollow, dangling, out, sizeof out) == 99 && strstr(out, "symbolic links"));
+    CHECK(run(by_execveat_badflags, binary, out, sizeof out) == 99 && strstr(out, "Invalid argument"));
 
     /* A PATH naming a pool directory: execvp and execlp find the program there, and still
      * find programs in the real directories after it. */
