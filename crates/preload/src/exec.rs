@@ -45,8 +45,12 @@ impl Program {
         }
     }
 
-    /// The copy of the program open as `fd` (a descriptor of ours).
+    /// The copy of the program open as `fd` (a descriptor of ours). A descriptor open for
+    /// writing gives ETXTBSY, as the kernel refuses to run a file open for writing.
     pub fn of_fd(fd: c_int) -> Res<Program> {
+        if crate::table::get(fd).is_some_and(|of| of.writable()) {
+            return Err(libc::ETXTBSY);
+        }
         Program::copy(fd)
     }
 

@@ -92,6 +92,13 @@ static void by_execveat_nofollow(const char *prog) {
     execveat(AT_FDCWD, prog, av, environ, AT_SYMLINK_NOFOLLOW);
 }
 
+static void by_fexecve_rdwr(const char *prog) {
+    int fd = open(prog, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    char *av[] = {(char *)prog, "rdwr", NULL};
+    fexecve(fd, av, environ);
+}
+
 static void by_execveat_badflags(const char *prog) {
     char *av[] = {(char *)prog, "badflags", NULL};
     execveat(AT_FDCWD, prog, av, environ, 0x1);
@@ -147,6 +154,8 @@ int main(int argc, char **argv) {
     CHECK(symlink("no-such-file", dangling) == 0);
     CHECK(run(by_execveat_nofollow, dangling, out, sizeof out) == 99 && strstr(out, "symbolic links"));
     CHECK(run(by_execveat_badflags, binary, out, sizeof out) == 99 && strstr(out, "Invalid argument"));
+    /* A file open for writing does not run (ETXTBSY), as the kernel has it. */
+    CHECK(run(by_fexecve_rdwr, binary, out, sizeof out) == 99 && strstr(out, "Text file busy"));
 
     /* A PATH naming a pool directory: execvp and execlp find the program there, and still
      * find programs in the real directories after it. */
