@@ -256,18 +256,19 @@ impl<'a> Route<'a> {
     /// its directory was opened by (EBADF if the descriptor was closed meanwhile).
     pub fn joined(self) -> Res<Route<'a>> {
         match self {
-            Route::At { fd, rel, .. } => Ok(Route::Ours(joined_path(fd, rel)?.into())),
+            Route::At { dir, fd, rel } => Ok(Route::Ours(joined_path(fd, dir, rel)?.into())),
             r => Ok(r),
         }
     }
 }
 
-/// The path of directory `fd` (AT_FDCWD: the virtual current directory) joined with
-/// `rel`: the path it was opened by, or the current directory's path as it is now (for a
-/// walk that leaves the pool from there, which must start from where it really is).
-pub fn joined_path(fd: c_int, rel: &[u8]) -> Res<Vec<u8>> {
+/// The path of directory `fd` joined with `rel`: the path it was opened by, or for AT_FDCWD
+/// the path as it is now of `dir`, the current directory the route was made from (for a
+/// walk that leaves the pool from there, which must start from where it really is, even if
+/// another thread has changed directory since).
+pub fn joined_path(fd: c_int, dir: table::DirRef, rel: &[u8]) -> Res<Vec<u8>> {
     if fd == libc::AT_FDCWD {
-        let cwd = crate::vcwd::current_path().ok_or(libc::ENOENT)??;
+        let cwd = crate::vcwd::path_of_dir(dir.handle(), true)?;
         return Ok(join(&cwd, rel));
     }
     table::path_joined(fd, rel).ok_or(libc::EBADF)
@@ -277,9 +278,9 @@ pub fn joined_path(fd: c_int, rel: &[u8]) -> Res<Vec<u8>> {
 /// descriptor keeps, a hint as every descriptor's path is (it is not updated when a
 /// directory above is renamed either). Checking it would walk the whole path again on
 /// every relative open (55 ns of 290).
-pub fn joined_path_hint(fd: c_int, rel: &[u8]) -> Res<Vec<u8>> {
+pub fn joined_path_hint(fd: c_int, dir: table::DirRef, rel: &[u8]) -> Res<Vec<u8>> {
     if fd == libc::AT_FDCWD {
-        let (_, cwd) = crate::vcwd::get().ok_or(libc::ENOENT)?;
+        let cwd = crate::vcwd::path_of_dir(dir.handle(), false)?;
         return Ok(join(&cwd, rel));
     }
     table::path_joined(fd, rel).ok_or(libc::EBADF)

@@ -143,6 +143,25 @@ pub fn current_path() -> Option<Res<Vec<u8>>> {
     Some(Ok(now))
 }
 
+/// The path of directory `h`, which a route from the current directory walked from: the
+/// current directory's (`checked`: as `current_path` gives it; else as last known) while it
+/// is still `h`, else found from the handle (another thread changed directory since the
+/// route was made). ENOENT if it cannot be found (removed).
+pub fn path_of_dir(h: Handle, checked: bool) -> Res<Vec<u8>> {
+    let still = is_set() && lock().dir.is_some_and(|(d, _)| d == h);
+    if still {
+        if checked {
+            if let Some(p) = current_path() {
+                return p;
+            }
+        } else if let Some((_, p)) = get() {
+            return Ok(p);
+        }
+    }
+    let conn = crate::session::connected().ok_or(libc::ENOENT)?;
+    path_of(&conn.fs, h).ok_or(libc::ENOENT)
+}
+
 /// Whether `path` is the canonical path of the live directory `h`: it reaches `h` and goes
 /// through no symlink (a stale path may now lead to the same directory through one).
 fn names(fs: &Fs, path: &[u8], h: Handle) -> bool {
