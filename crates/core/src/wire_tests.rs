@@ -1,0 +1,80 @@
+use super::*;
+
+#[test]
+fn requests_round_trip_and_garbage_is_refused() {
+    let h = Handle {
+        ino: 7,
+        generation: 3,
+    };
+    let reqs = vec![
+        Request::Create {
+            parent: h,
+            name: b"x".to_vec(),
+            mode: 0o644,
+            excl: true,
+            open: Some(true),
+        },
+        Request::Rename {
+            from: h,
+            from_name: b"a".to_vec(),
+            to: h,
+            to_name: b"b".to_vec(),
+            flags: 2,
+        },
+        Request::SetAttr {
+            target: h,
+            attr: SetAttr {
+                mode: Some(1),
+                size: Some(9),
+                mtime: Some(SetTime::Ns(-5)),
+                ..SetAttr::default()
+            },
+        },
+        Request::CommitWrite {
+            target: h,
+            pages: vec![(1, 2), (3, 4)],
+            end: 99,
+            check: Some(WriteCheck {
+                old_pages: vec![0, 8],
+                size_seen: 5,
+                start: 1,
+                in_place: vec![(7, 16)],
+            }),
+        },
+        Request::Unreserve {
+            pages: vec![1, 2, 3],
+        },
+        Request::Open {
+            target: h,
+            write: true,
+        },
+        Request::Close {
+            target: h,
+            write: false,
+        },
+        Request::Stats,
+        Request::Mapped {
+            target: h,
+            on: true,
+        },
+        Request::Gone { pid: 4242 },
+    ];
+    assert_eq!(
+        decode_request(&encode_gone(4242)).unwrap(),
+        Request::Gone { pid: 4242 }
+    );
+
+    for r in reqs {
+        let mut w = Writer::default();
+        encode_request(&r, &mut w);
+        assert_eq!(decode_request(&w.0).unwrap(), r);
+        for cut in 0..w.0.len() {
+            assert!(decode_request(&w.0[..cut]).is_err());
+        }
+    }
+    assert!(
+        decode_request(&[10, 0xff, 0xff, 0xff, 0x7f]).is_err(),
+        "huge count must not allocate"
+    );
+    assert!(decode_request(&[200]).is_err());
+}
