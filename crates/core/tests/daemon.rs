@@ -266,8 +266,8 @@ fn spawn_worker(role: &str, socket: &Path, arg: &str) -> std::process::Child {
         .unwrap()
 }
 
-/// The body of the child processes the multi-process tests start (`daemon/processes.rs` and others). Run on its own (without
-/// ENGRAM_WORKER) it does nothing.
+/// The body of the child processes the multi-process tests start (`daemon/processes.rs`
+/// and others). Run on its own (without ENGRAM_WORKER) it does nothing.
 #[test]
 fn worker_entry() {
     let Ok(role) = std::env::var("ENGRAM_WORKER") else {
