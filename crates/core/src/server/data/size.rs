@@ -84,13 +84,21 @@ impl Server {
         )?;
         let needs_page = |pg: u64| pg * PAGE < from || allocated.contains(&pg);
         let fresh = self.alloc_data(old.iter().filter(|o| needs_page(o.0)).count())?;
-        let mut fresh = fresh.into_iter();
+        let mut taken = 0;
         let mut buf = vec![0u8; PAGE as usize];
         let mut replaced = Vec::with_capacity(old.len());
         for &(pg, page) in &old {
-            let new = match needs_page(pg) {
-                true => fresh.next().ok_or(Error::EIO)?,
-                false => 0,
+            let new = if needs_page(pg) {
+                // `alloc_data` gave exactly one page for each: never short, but if it were,
+                // every page taken goes back (none is published yet).
+                let Some(&p) = fresh.get(taken) else {
+                    self.release_data_pages(&fresh);
+                    return Err(Error::EIO);
+                };
+                taken += 1;
+                p
+            } else {
+                0
             };
             if new != 0 {
                 let keep = from.saturating_sub(pg * PAGE).min(PAGE) as usize;
