@@ -128,7 +128,9 @@ pub fn current_path() -> Option<Res<Vec<u8>>> {
     if names(fs, &path, h) {
         return Some(Ok(path));
     }
-    let Some(now) = path_of(fs, h) else {
+    // A climb that meets a rename in flight finds no path: try again (a removed directory
+    // fails at once each time).
+    let Some(now) = (0..8).find_map(|_| path_of(fs, h)) else {
         return Some(Err(libc::ENOENT));
     };
     let mut g = lock();
@@ -159,7 +161,9 @@ pub fn path_of_dir(h: Handle, checked: bool) -> Res<Vec<u8>> {
         }
     }
     let conn = crate::session::connected().ok_or(libc::ENOENT)?;
-    path_of(&conn.fs, h).ok_or(libc::ENOENT)
+    (0..8)
+        .find_map(|_| path_of(&conn.fs, h))
+        .ok_or(libc::ENOENT)
 }
 
 /// Whether `path` is the canonical path of the live directory `h`: it reaches `h` and goes

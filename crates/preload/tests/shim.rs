@@ -155,6 +155,14 @@ fn nftw_ftw_glob_and_scandirat_give_libcs_results_in_the_pool() {
     c_program_in_process("walks", "WALKS-OK", true);
 }
 
+/// Threads moving the current directory between pool and real directories, renaming a pool
+/// directory, and making relative calls and asking getcwd meanwhile (tests/c/cwdrace.c):
+/// every answer names one of those directories, and nothing hangs or crashes.
+#[test]
+fn the_current_directory_changed_under_other_threads() {
+    c_program_in_process("cwdrace", "CWDRACE-OK", true);
+}
+
 /// A tree deeper than PATH_MAX is made, used and removed through directory descriptors and
 /// through chdir as in a real directory: only the path strings a program passes are held
 /// to PATH_MAX, not the paths the shim joins them to (tests/c/deep.c).
