@@ -413,14 +413,14 @@ fn route_relative(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
         // Walked from the directory itself (so a rename of it changes nothing), or from its
         // path where no handle of this pool is known (inherited from a process that had no
         // handle, or that worked in another pool).
-        return match crate::vcwd::get_for_walk() {
+        return match crate::vcwd::start() {
             Some(_) if p.is_empty() => Err(libc::ENOENT),
-            Some((Some(dir), _)) => Ok(Route::At {
+            Some(crate::vcwd::Start::Dir(dir)) => Ok(Route::At {
                 dir,
                 fd: libc::AT_FDCWD,
                 rel: p,
             }),
-            Some((None, cwd)) => Ok(Route::Ours(join(&cwd, p).into())),
+            Some(crate::vcwd::Start::Path(cwd)) => Ok(Route::Ours(join(&cwd, p).into())),
             None => Ok(Route::Pass),
         };
     }

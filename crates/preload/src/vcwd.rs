@@ -59,17 +59,35 @@ pub fn get() -> Option<(Option<DirRef>, Vec<u8>)> {
     is_set().then(|| (dir, g.path.clone()))
 }
 
-/// `get` for a walk from the current directory, which is about to reach the pool: a handle
-/// inherited across exec is checked against the pool this process connects to first (a
-/// fresh image has not connected yet, and the path it inherited may be stale).
-pub fn get_for_walk() -> Option<(Option<DirRef>, Vec<u8>)> {
-    let got = get()?;
-    if got.0.is_none() && crate::session::connected().is_none() && lock().dir.is_some() {
-        // Connect, then look again (an error leaves the path: the walk then reports it).
-        let _ = crate::session::fs();
-        return get();
+/// Where a walk from the current directory starts.
+pub enum Start {
+    /// The directory itself.
+    Dir(DirRef),
+    /// Its path, where no handle of this pool is known.
+    Path(Vec<u8>),
+}
+
+/// Where a walk from the current directory starts, if it is a directory of the pool (the
+/// path is copied only when there is no handle to use). A handle inherited across exec is
+/// checked against the pool this process connects to first: a fresh image has not
+/// connected yet, and the path it inherited may be stale.
+pub fn start() -> Option<Start> {
+    if !is_set() {
+        return None;
     }
-    Some(got)
+    let mut connected = crate::session::connected();
+    if connected.is_none() && lock().dir.is_some() {
+        // Connect, then look (an error leaves the path: the walk then reports it).
+        let _ = crate::session::fs();
+        connected = crate::session::connected();
+    }
+    let pool = connected.map(|c| c.pool_id);
+    let g = lock();
+    let dir = g.dir.filter(|&(_, of)| Some(of) == pool);
+    is_set().then(|| match dir {
+        Some((h, _)) => Start::Dir(DirRef::from(h)),
+        None => Start::Path(g.path.clone()),
+    })
 }
 
 /// What `ENGRAM_CWD` passes on: the path as last known, the handle and its pool.
