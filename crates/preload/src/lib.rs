@@ -21,6 +21,7 @@
 
 pub mod attrs;
 pub mod cwd;
+pub mod cwd_env;
 pub mod desc;
 pub mod dirs;
 pub mod exec;
@@ -64,7 +65,7 @@ extern "C" fn init() {
         route::config();
         realcwd::refresh();
         process::register_fork_handlers();
-        process::import_cwd();
+        cwd_env::import();
         if !inherit::nothing_inherited() {
             table::adopt_inherited();
         }

@@ -1,21 +1,15 @@
 //! Processes: fork handlers (a child reconnects to the daemon on first use and reopens its
 //! inherited descriptions), vfork run as fork (a vfork child would share the parent's table),
 //! and exec: descriptors survive as memfds (see `desc`; they are published before fork and
-//! posix_spawn), the virtual current directory as
-//! `ENGRAM_CWD=<dev>:<ino>:<pool id>:<dir ino>:<dir generation>:<pool path>` (valid only
-//! while the real one is unchanged; the directory's handle and the pool it belongs to,
-//! 0:0:0 when not known), what
-//! the new image need not look for (`inherit`), and programs stored in the pool run from a
-//! copy (`exec`).
+//! posix_spawn), the virtual current directory as `ENGRAM_CWD` (`cwd_env`), what the new
+//! image need not look for (`inherit`), and programs stored in the pool run from a copy
+//! (`exec`).
 
 use crate::exec::Program;
 use crate::inherit::ExecEnv;
 use crate::real;
 use libc::{c_char, c_int, pid_t};
 use std::ffi::CString;
-use std::sync::Mutex;
-
-const CWD_VAR: &[u8] = b"ENGRAM_CWD";
 
 // The fork handlers run inside the program's fork: a panic must not unwind into libc.
 
@@ -51,80 +45,6 @@ pub unsafe extern "C" fn vfork() -> pid_t {
     })
 }
 
-/// The identity of the real current directory, which an inherited virtual one is tied to.
-fn real_cwd_id() -> Option<(u64, u64)> {
-    // SAFETY: stat of "." into a local buffer with the real call.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { real::stat(c".".as_ptr(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-/// The value for ENGRAM_CWD, if the current directory is virtual.
-static EXPORTED: Mutex<Option<CString>> = Mutex::new(None);
-
-fn cwd_entry() -> Option<CString> {
-    EXPORTED.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// Keep ENGRAM_CWD in the environment in step with the virtual current directory.
-pub fn export_cwd() {
-    // Taken before the state is read: exports racing with a chdir end with the state the
-    // last of them read, which is the chdir's.
-    let mut g = EXPORTED.lock().unwrap_or_else(|e| e.into_inner());
-    let v = crate::vcwd::exported().and_then(|(p, dir)| {
-        let (dev, ino) = real_cwd_id()?;
-        let (pool, dir_ino, dir_gen) =
-            dir.map_or((0, 0, 0), |(h, pool)| (pool, h.ino, h.generation));
-        let mut s = format!("{dev}:{ino}:{pool}:{dir_ino}:{dir_gen}:").into_bytes();
-        s.extend_from_slice(&p);
-        CString::new(s).ok()
-    });
-    // SAFETY: setenv/unsetenv with NUL-terminated strings.
-    unsafe {
-        match &v {
-            Some(val) => libc::setenv(c"ENGRAM_CWD".as_ptr(), val.as_ptr(), 1),
-            None => libc::unsetenv(c"ENGRAM_CWD".as_ptr()),
-        };
-    }
-    *g = v.map(|val| {
-        let mut e = CWD_VAR.to_vec();
-        e.push(b'=');
-        e.extend_from_slice(val.as_bytes());
-        CString::new(e).expect("no NUL")
-    });
-}
-
-/// At start-up: take over a virtual current directory from the image that exec'd us.
-pub fn import_cwd() {
-    // SAFETY: getenv with a NUL-terminated name; the value is copied at once.
-    let p = unsafe { libc::getenv(c"ENGRAM_CWD".as_ptr()) };
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: a valid C string from getenv.
-    let v = unsafe { crate::util::cbytes(p) }.to_vec();
-    let mut parts = v.splitn(6, |&b| b == b':');
-    let mut next = || parts.next();
-    let (Some(dev), Some(ino), Some(pool), Some(dir_ino), Some(dir_gen), Some(path)) =
-        (next(), next(), next(), next(), next(), next())
-    else {
-        return;
-    };
-    let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
-    // The handle goes with its pool: it is used only once connected to that pool.
-    let dir = num(dir_ino)
-        .zip(num(dir_gen).and_then(|g| u32::try_from(g).ok()))
-        .zip(num(pool))
-        .filter(|&((ino, _), _)| ino != 0)
-        .map(|((ino, generation), pool)| (engram_core::Handle { ino, generation }, pool));
-    if path.first() == Some(&b'/') && real_cwd_id() == num(dev).zip(num(ino)) {
-        crate::vcwd::set(Some((path.to_vec(), dir)));
-    } else {
-        // SAFETY: unsetenv with a NUL-terminated name.
-        unsafe { libc::unsetenv(c"ENGRAM_CWD".as_ptr()) };
-    }
-}
-
 /// `envp` with ENGRAM_CWD replaced by this process's (or removed), and the marker that
 /// nothing is inherited (`inherit`) set afresh.
 ///
@@ -142,7 +62,7 @@ unsafe fn fixed_env(envp: *const *const c_char, own: &Option<CString>) -> ExecEn
             }
             // SAFETY: each entry is a C string.
             let b = unsafe { crate::util::cbytes(e) };
-            if !is_var(b, CWD_VAR) && !crate::inherit::is_marker(b) {
+            if !is_var(b, crate::cwd_env::VAR) && !crate::inherit::is_marker(b) {
                 v.push(e);
             }
             i += 1;
@@ -168,7 +88,7 @@ pub unsafe extern "C" fn execve(
     crate::guarded!(-1, {
         // SAFETY: the caller's path.
         let program = unsafe { Program::of_path(path) }?;
-        let own = cwd_entry();
+        let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execve (or fexecve of the pool program's copy) with the caller's
@@ -264,7 +184,7 @@ pub unsafe extern "C" fn execvpe(
             // SAFETY: the caller's arguments.
             return Ok(unsafe { search(file, argv, envp, &dirs) });
         }
-        let own = cwd_entry();
+        let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execvpe with the caller's file and arguments.
@@ -406,7 +326,7 @@ pub unsafe extern "C" fn fexecve(
         } else {
             None
         };
-        let own = cwd_entry();
+        let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real fexecve.
@@ -477,7 +397,7 @@ pub unsafe extern "C" fn execveat(
                 }
             }
         };
-        let own = cwd_entry();
+        let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real fexecve of the copy, or the real execveat with the caller's
@@ -527,7 +447,7 @@ pub unsafe extern "C" fn posix_spawn(
         };
         let copy = program.as_ref().map(Program::proc_path);
         let path = copy.as_ref().map_or(path, |c| c.as_ptr());
-        let own = cwd_entry();
+        let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawn with the caller's arguments.
@@ -590,7 +510,7 @@ pub unsafe extern "C" fn posix_spawnp(
         {
             return Ok(r);
         }
-        let own = cwd_entry();
+        let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawnp with the caller's arguments.

@@ -124,7 +124,7 @@ pub fn set(to: Option<(Vec<u8>, Option<PoolDir>)>) {
         }
     }
     drop(g);
-    crate::process::export_cwd();
+    crate::cwd_env::export();
 }
 
 /// The current directory's path as it is now, if it is a directory of the pool: the path
@@ -158,7 +158,7 @@ pub fn current_path() -> Option<Res<Vec<u8>>> {
     }
     drop(g);
     if same {
-        crate::process::export_cwd();
+        crate::cwd_env::export();
     }
     Some(Ok(now))
 }
