@@ -30,18 +30,31 @@ impl Program {
         if !unsafe { crate::route::is_ours(path) } {
             return Ok(None);
         }
+        // SAFETY: the caller's C string.
+        unsafe { Program::of_path_at(libc::AT_FDCWD, path, false) }.map(Some)
+    }
+
+    /// The copy of the program at `path` (ours) relative to `dirfd`. Opened first, so that
+    /// a final symlink under `nofollow` is ELOOP whatever it points to, as the kernel has
+    /// it; then the file must be executable.
+    ///
+    /// # Safety
+    /// `path` is a valid C string.
+    pub unsafe fn of_path_at(dirfd: c_int, path: *const c_char, nofollow: bool) -> Res<Program> {
+        let flags = libc::O_RDONLY | libc::O_CLOEXEC | if nofollow { libc::O_NOFOLLOW } else { 0 };
         // SAFETY: the shim's own calls on the caller's C string.
         unsafe {
-            if crate::attrs::access(path, libc::X_OK) != 0 {
-                return Err(errno());
-            }
-            let fd = crate::open::open64(path, libc::O_RDONLY | libc::O_CLOEXEC, 0);
+            let fd = crate::open::openat(dirfd, path, flags, 0);
             if fd < 0 {
                 return Err(errno());
             }
-            let copy = Program::copy(fd);
+            let copy = if crate::attrs::faccessat(dirfd, path, libc::X_OK, 0) == 0 {
+                Program::copy(fd)
+            } else {
+                Err(errno())
+            };
             crate::open::close(fd);
-            copy.map(Some)
+            copy
         }
     }
 

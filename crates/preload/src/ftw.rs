@@ -283,24 +283,17 @@ fn chdir(path: &CString) -> bool {
     with_joined_paths(|| unsafe { crate::cwd::chdir(path.as_ptr()) == 0 })
 }
 
-/// The current directory, as the shim sees it (it may be longer than PATH_MAX: the buffer
-/// grows until it fits).
+/// The current directory, as the shim sees it (of any length: getcwd allocates it).
 fn cwd() -> Option<Vec<u8>> {
-    let mut size = libc::PATH_MAX as usize;
-    loop {
-        let mut buf = vec![0u8; size];
-        // SAFETY: the shim's own getcwd into a buffer of that size.
-        let p = unsafe { crate::cwd::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: the shim's own getcwd, allocating; the copy is taken before it is freed.
+    unsafe {
+        let p = crate::cwd::getcwd(std::ptr::null_mut(), 0);
         if p.is_null() {
-            if errno() == libc::ERANGE && size < 1 << 20 {
-                size *= 4;
-                continue;
-            }
             return None;
         }
-        let n = buf.iter().position(|&b| b == 0)?;
-        buf.truncate(n);
-        return Some(buf);
+        let v = std::ffi::CStr::from_ptr(p).to_bytes().to_vec();
+        libc::free(p.cast());
+        Some(v)
     }
 }
 

@@ -64,7 +64,7 @@ fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
         return Ok(None);
     }
     let path = match r {
-        Route::At { dir, fd, rel } => crate::route::joined_path_hint(*fd, *dir, rel)?,
+        Route::At { dir, fd, rel } => crate::route::joined_path(*fd, *dir, rel, false)?,
         _ => raw.to_vec(),
     };
     install(file, path, false, flags).map(Some)

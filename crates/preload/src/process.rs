@@ -366,34 +366,9 @@ pub unsafe extern "C" fn execveat(
                 Ok(crate::route::Route::Pass) => None,
                 r => {
                     r?;
-                    let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
-                        libc::O_NOFOLLOW
-                    } else {
-                        0
-                    };
-                    // SAFETY: the shim's own calls on the caller's C string. Opened first:
-                    // a final symlink under AT_SYMLINK_NOFOLLOW is ELOOP whatever it points
-                    // to, as the kernel has it; then the file opened must be executable.
-                    let (fd, access) = unsafe {
-                        let fd = crate::open::openat(
-                            dirfd,
-                            path,
-                            libc::O_RDONLY | libc::O_CLOEXEC | nofollow,
-                            0,
-                        );
-                        if fd < 0 {
-                            return Err(crate::util::errno());
-                        }
-                        let access = crate::attrs::faccessat(dirfd, path, libc::X_OK, 0);
-                        (
-                            fd,
-                            (access == 0).then_some(()).ok_or_else(crate::util::errno),
-                        )
-                    };
-                    let copy = access.and_then(|()| Program::of_fd(fd));
-                    // SAFETY: closing the descriptor just opened.
-                    unsafe { crate::open::close(fd) };
-                    Some(copy?)
+                    let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+                    // SAFETY: the caller's path.
+                    Some(unsafe { Program::of_path_at(dirfd, path, nofollow) }?)
                 }
             }
         };

@@ -29,7 +29,7 @@ static VCWD: Mutex<Vcwd> = Mutex::new(Vcwd {
     dir: None,
 });
 
-/// Directories above one another that `path_of` climbs at most (a damaged pool's parent
+/// Directories above one another that `climb` goes up at most (a damaged pool's parent
 /// pointers could form a loop).
 const MAX_DEPTH: usize = 1 << 16;
 
@@ -146,9 +146,7 @@ pub fn current_path() -> Option<Res<Vec<u8>>> {
     if names(fs, &path, h) {
         return Some(Ok(path));
     }
-    // A climb that meets a rename in flight finds no path: try again (a removed directory
-    // fails at once each time).
-    let Some(now) = (0..8).find_map(|_| path_of(fs, h)) else {
+    let Some(now) = path_of(fs, h) else {
         return Some(Err(libc::ENOENT));
     };
     let mut g = lock();
@@ -179,9 +177,7 @@ pub fn path_of_dir(h: Handle, checked: bool) -> Res<Vec<u8>> {
         }
     }
     let conn = crate::session::connected().ok_or(libc::ENOENT)?;
-    (0..8)
-        .find_map(|_| path_of(&conn.fs, h))
-        .ok_or(libc::ENOENT)
+    path_of(&conn.fs, h).ok_or(libc::ENOENT)
 }
 
 /// Whether `path` is the canonical path of the live directory `h`: it reaches `h` and goes
@@ -200,10 +196,16 @@ fn names(fs: &Fs, path: &[u8], h: Handle) -> bool {
     }
 }
 
-/// The path of directory `h` from the pool's root, found by climbing its parents and
-/// looking for its entry in each (as glibc's getcwd does without the kernel's help); None
-/// if it was removed, or a directory on the way cannot be read.
+/// The path of directory `h` from the pool's root (`climb`); None if it was removed, or a
+/// directory on the way cannot be read. A climb that meets a rename in flight finds no path:
+/// it is tried again (a removed directory fails at once each time).
 fn path_of(fs: &Fs, h: Handle) -> Option<Vec<u8>> {
+    (0..8).find_map(|_| climb(fs, h))
+}
+
+/// The path of directory `h`, found by climbing its parents and looking for its entry in
+/// each (as glibc's getcwd does without the kernel's help).
+fn climb(fs: &Fs, h: Handle) -> Option<Vec<u8>> {
     let mut comps: Vec<Vec<u8>> = Vec::new();
     let mut cur = h;
     for _ in 0..MAX_DEPTH {
