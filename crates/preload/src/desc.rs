@@ -37,7 +37,8 @@ pub struct DescState {
     /// The descriptor of the description's lock file that an exec'd image inherits (-1:
     /// none); written just before exec by the process that execs (`table::pass_lock_fds`).
     pub lock_fd: AtomicI32,
-    pub _reserved: u32,
+    /// The offset lock between the processes sharing the description (`poslock`).
+    pub pos_lock: AtomicU32,
     /// The pool the lock file is named after (`sidefiles::pool_id`), with `lock_fd`.
     pub lock_pool: AtomicU64,
 }
@@ -61,7 +62,7 @@ pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> DescState
         is_dir: is_dir as u32,
         path_len: 0,
         lock_fd: AtomicI32::new(-1),
-        _reserved: 0,
+        pos_lock: AtomicU32::new(0),
         lock_pool: AtomicU64::new(0),
     }
 }

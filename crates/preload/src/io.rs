@@ -9,10 +9,6 @@ use crate::{ours, real};
 use libc::{c_int, c_uint, c_void, iovec, off_t, size_t, ssize_t};
 use std::sync::Arc;
 
-fn lock_pos(of: &OpenFile) -> std::sync::MutexGuard<'_, ()> {
-    of.pos.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 pub fn pread_of(of: &OpenFile, b: &mut [u8], off: u64) -> Res<usize> {
     if of.is_dir() {
         return Err(libc::EISDIR);
@@ -24,7 +20,7 @@ pub fn pread_of(of: &OpenFile, b: &mut [u8], off: u64) -> Res<usize> {
 }
 
 pub fn read_of(of: &OpenFile, b: &mut [u8]) -> Res<usize> {
-    let _p = lock_pos(of);
+    let _p = of.lock_offset();
     let off = of.offset();
     let n = pread_of(of, b, off)?;
     of.set_offset(off + n as u64);
@@ -46,7 +42,7 @@ pub fn pwrite_of(of: &OpenFile, data: &[u8], off: u64) -> Res<usize> {
 }
 
 pub fn write_of(of: &OpenFile, data: &[u8]) -> Res<usize> {
-    let _p = lock_pos(of);
+    let _p = of.lock_offset();
     if of.flags() & libc::O_APPEND != 0 {
         if !of.writable() {
             return Err(libc::EBADF);
@@ -300,7 +296,7 @@ pub fn size_of(of: &OpenFile) -> Res<u64> {
 }
 
 pub fn lseek_of(of: &OpenFile, off: off_t, whence: c_int) -> Res<off_t> {
-    let _p = lock_pos(of);
+    let _p = of.lock_offset();
     let cur = of.offset();
     let new = match whence {
         libc::SEEK_SET => Some(off as i128),

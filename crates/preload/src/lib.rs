@@ -37,6 +37,7 @@ pub mod opguard;
 pub mod ops;
 pub mod ownfds;
 pub mod paths;
+pub mod poslock;
 pub mod printf;
 pub mod process;
 pub mod real;

@@ -35,6 +35,12 @@ pub struct OpenFile {
     pub dir: Mutex<Option<(u64, ReadDir)>>,
 }
 
+/// The offset held still (`OpenFile::lock_offset`); the shared lock is released first.
+pub struct OffsetGuard<'a> {
+    _shared: Option<crate::poslock::Held<'a>>,
+    _local: std::sync::MutexGuard<'a, ()>,
+}
+
 // SAFETY: the state is accessed through atomics (and immutable fields written before
 // publication); everything else is Sync.
 unsafe impl Send for OpenFile {}
@@ -114,6 +120,20 @@ impl OpenFile {
 
     pub fn set_offset(&self, off: u64) {
         self.desc().offset.store(off, Ordering::Release);
+    }
+
+    /// Hold the description's offset still for a read, write or seek: against the other
+    /// threads of this process and, once published, against the other processes sharing
+    /// it (Linux's `f_pos_lock`).
+    pub fn lock_offset(&self) -> OffsetGuard<'_> {
+        let local = self.pos.lock().unwrap_or_else(|e| e.into_inner());
+        let shared = self
+            .is_published()
+            .then(|| crate::poslock::lock(&self.desc().pos_lock));
+        OffsetGuard {
+            _shared: shared,
+            _local: local,
+        }
     }
 
     fn options(flags: c_int) -> OpenOptions {
