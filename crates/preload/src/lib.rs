@@ -30,6 +30,7 @@ pub mod ftw;
 pub mod glob;
 pub mod inherit;
 pub mod io;
+pub mod magicfd;
 pub mod mmap;
 pub mod open;
 pub mod openfile;

@@ -70,10 +70,38 @@ fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
     install(file, path, false, flags).map(Some)
 }
 
+/// An open of `/dev/stdout`, `/proc/self/fd/N` and the like naming descriptor `fd` of ours
+/// (`magicfd`): a new description of the same file, found by its handle, as Linux opens
+/// the inode the link leads to. With O_NOFOLLOW the real link is opened (ELOOP).
+#[cold]
+fn reopen(fd: c_int, orig: &[u8], flags: c_int, mode: c_uint) -> Res<c_int> {
+    if flags & libc::O_NOFOLLOW != 0 {
+        let p = cstring(orig)?;
+        // SAFETY: a valid C path; flags and mode as the caller gave them.
+        let fd = unsafe { real::open64(p.as_ptr(), flags, mode) };
+        return if fd < 0 { Err(errno()) } else { Ok(fd) };
+    }
+    if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+        return Err(libc::EEXIST);
+    }
+    let of = table::get(fd).ok_or(libc::EBADF)?;
+    if flags & libc::O_DIRECTORY != 0 && !of.is_dir() {
+        return Err(libc::ENOTDIR);
+    }
+    let fs = crate::session::fs()?;
+    let file = fs
+        .open_handle(of.handle(), &options(flags, mode))
+        .map_err(en)?;
+    install(file, of.path().to_vec(), of.is_dir(), flags)
+}
+
 /// The body of every open call once the path is known to be ours.
 fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int {
     guard(-1, || {
         let _op = op();
+        if let Ok(Route::Desc { fd, orig, .. }) = &r {
+            return reopen(*fd, orig, flags, mode);
+        }
         let follow = flags & libc::O_NOFOLLOW == 0
             && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
         if let Ok(r) = &r

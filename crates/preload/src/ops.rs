@@ -64,7 +64,11 @@ pub enum Side {
 }
 
 pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
-    let raw = match r?.joined()? {
+    let r = r?;
+    if let Route::Desc { fd, orig, .. } = r {
+        return desc_side(fd, orig, follow);
+    }
+    let raw = match r.joined()? {
         Route::Ours(raw) => raw,
         _ => return Err(libc::EINVAL),
     };
@@ -73,6 +77,27 @@ pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
         Resolved::Inside(p) => Side::Pool(fs, p),
         Resolved::Outside(p) => Side::Real(cstring(&p)?),
     })
+}
+
+/// The side of a path naming descriptor `fd` of ours (`magicfd`): followed, the path of
+/// its file, as long as that still names it (a directory's is found again from its
+/// handle; a renamed file's cannot be, ENOENT); not followed, the kernel's link `orig`.
+#[cold]
+fn desc_side(fd: c_int, orig: &[u8], follow: bool) -> Res<Side> {
+    if !follow {
+        return Ok(Side::Real(cstring(orig)?));
+    }
+    let of = crate::table::get(fd).ok_or(libc::EBADF)?;
+    let fs = session::fs()?;
+    let h = of.handle();
+    let path = of.path().to_vec();
+    if fs.lstat(&path).is_ok_and(|m| m.ino == h.ino) {
+        return Ok(Side::Pool(fs, path));
+    }
+    if of.is_dir() {
+        return Ok(Side::Pool(fs, crate::vcwd::path_of_dir(h, true)?));
+    }
+    Err(libc::ENOENT)
 }
 
 /// Run `f` with the pool view whose walks stay inside it (`Fs::staying_inside`) on where

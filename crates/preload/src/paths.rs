@@ -221,14 +221,24 @@ pub unsafe extern "C" fn symlinkat(
 fn readlink_routed(r: Res<Route>, out: *mut c_char, n: size_t) -> ssize_t {
     guard(-1, || {
         let _op = op();
+        let copy_out = |t: &[u8]| {
+            let k = t.len().min(n);
+            // SAFETY: the caller's buffer holds n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), out as *mut u8, k) };
+            Ok(k as ssize_t)
+        };
+        // The kernel's `fd/N` link of a descriptor of ours reads as its file's path.
+        if let Ok(Route::Desc {
+            fd,
+            via: crate::magicfd::Via::Link,
+            ..
+        }) = &r
+        {
+            let of = crate::table::get(*fd).ok_or(libc::EBADF)?;
+            return copy_out(&crate::route::mounted(of.path()));
+        }
         match side(r, false)? {
-            Side::Pool(fs, p) => {
-                let t = fs.readlink(&p).map_err(en)?;
-                let k = t.len().min(n);
-                // SAFETY: the caller's buffer holds n bytes.
-                unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), out as *mut u8, k) };
-                Ok(k as ssize_t)
-            }
+            Side::Pool(fs, p) => copy_out(&fs.readlink(&p).map_err(en)?),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::readlink(p.as_ptr(), out, n) }),
         }

@@ -241,6 +241,14 @@ pub enum Route<'a> {
         fd: c_int,
         rel: &'a [u8],
     },
+    /// To EngramFS: the description open as descriptor `fd`, named by a path of the
+    /// kernel's (`orig`: `/dev/stdout`, `/proc/self/fd/N`, `magicfd`). Calls that follow
+    /// it act on the description's file; the others on the real link.
+    Desc {
+        fd: c_int,
+        orig: &'a [u8],
+        via: crate::magicfd::Via,
+    },
 }
 
 impl<'a> Route<'a> {
@@ -250,6 +258,8 @@ impl<'a> Route<'a> {
             Route::Pass => None,
             Route::Ours(raw) => Some((None, raw)),
             Route::At { dir, rel, .. } => Some((Some(dir.handle()), rel)),
+            // No walk reaches a description by a path: `ops::side` serves it.
+            Route::Desc { .. } => None,
         }
     }
 
@@ -363,6 +373,9 @@ fn route_any_length(dirfd: c_int, p: &[u8]) -> Res<Route<'_>> {
             } else {
                 Cow::Borrowed(rest)
             }),
+            None if p.starts_with(b"/dev/") || p.starts_with(b"/proc/") => {
+                return crate::magicfd::route(p);
+            }
             None => Route::Pass,
         });
     }

@@ -101,6 +101,9 @@ pub fn stat_routed<T>(
     real: impl FnOnce(&std::ffi::CStr) -> Res<T>,
 ) -> Res<T> {
     let r = r?;
+    if let crate::route::Route::Desc { fd, orig, .. } = r {
+        return stat_desc(fd, orig, follow, meta, real);
+    }
     let Some((dir, path)) = r.start() else {
         return Err(libc::EINVAL);
     };
@@ -120,6 +123,23 @@ pub fn stat_routed<T>(
         }
         Err(e) => Err(e.errno()),
     }
+}
+
+/// `stat_routed` of a path naming descriptor `fd` of ours (`magicfd`): followed, the
+/// description's file; not followed, the kernel's link `orig`.
+#[cold]
+fn stat_desc<T>(
+    fd: c_int,
+    orig: &[u8],
+    follow: bool,
+    meta: impl FnOnce(&Metadata) -> Res<T>,
+    real: impl FnOnce(&std::ffi::CStr) -> Res<T>,
+) -> Res<T> {
+    if !follow {
+        return real(&crate::util::cstring(orig)?);
+    }
+    let of = table::get(fd).ok_or(libc::EBADF)?;
+    meta(&session::fs()?.stat_handle(of.handle()).map_err(en)?)
 }
 
 /// `stat_routed` by the shim's own walk.
