@@ -90,34 +90,52 @@ impl Program {
             let mut head = [0u8; 2];
             let script =
                 crate::io::pread64(fd, head.as_mut_ptr().cast(), 2, 0) == 2 && head == *b"#!";
-            let flags = if script { 0 } else { libc::MFD_CLOEXEC };
-            let memfd = libc::memfd_create(c"engram-exec".as_ptr(), flags);
-            if memfd < 0 {
+            copy_to_memfd(fd, c"engram-exec", !script).map(Program)
+        }
+    }
+}
+
+/// A new memfd named `name` holding the bytes of `fd` (a descriptor of ours), close-on-exec
+/// if `cloexec`.
+pub fn copy_to_memfd(fd: c_int, name: &std::ffi::CStr, cloexec: bool) -> Res<c_int> {
+    let flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let memfd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+    if memfd < 0 {
+        return Err(errno());
+    }
+    let copied = (|| {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0i64;
+        loop {
+            // SAFETY: the shim's own pread into a local buffer.
+            let n = unsafe { crate::io::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
+            if n < 0 {
                 return Err(errno());
             }
-            let program = Program(memfd);
-            let mut buf = vec![0u8; 1 << 20];
-            let mut off = 0i64;
-            loop {
-                let n = crate::io::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), off);
-                if n < 0 {
+            if n == 0 {
+                return Ok(());
+            }
+            let mut done = 0usize;
+            while done < n as usize {
+                // SAFETY: writing bytes of a local buffer to our memfd.
+                let w = unsafe {
+                    crate::real::write(memfd, buf[done..].as_ptr().cast(), n as usize - done)
+                };
+                if w < 0 {
                     return Err(errno());
                 }
-                if n == 0 {
-                    break;
-                }
-                let mut done = 0usize;
-                while done < n as usize {
-                    let w =
-                        crate::real::write(memfd, buf[done..].as_ptr().cast(), n as usize - done);
-                    if w < 0 {
-                        return Err(errno());
-                    }
-                    done += w as usize;
-                }
-                off += n as i64;
+                done += w as usize;
             }
-            Ok(program)
+            off += n as i64;
+        }
+    })();
+    match copied {
+        Ok(()) => Ok(memfd),
+        Err(e) => {
+            // SAFETY: closing the memfd made above.
+            unsafe { crate::real::close(memfd) };
+            Err(e)
         }
     }
 }

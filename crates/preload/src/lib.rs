@@ -24,6 +24,7 @@ pub mod cwd;
 pub mod cwd_env;
 pub mod desc;
 pub mod dirs;
+pub mod dlopen;
 pub mod exec;
 pub mod fcntl;
 pub mod ftw;
