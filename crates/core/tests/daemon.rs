@@ -20,6 +20,8 @@ mod pool_file;
 mod posted;
 #[path = "daemon/processes.rs"]
 mod processes;
+#[path = "daemon/reserve.rs"]
+mod reserve;
 #[path = "daemon/walk_cache.rs"]
 mod walk_cache;
 

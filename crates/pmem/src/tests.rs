@@ -182,6 +182,49 @@ fn bad_sizes_are_rejected() {
 }
 
 #[test]
+fn a_client_mapping_keeps_exclusive_openers_out_until_it_goes() {
+    let tmp = TempPath::new("/dev/shm", "client");
+    drop(Pool::create(&tmp.0, 4096).unwrap());
+    let client = Pool::open(&tmp.0).unwrap();
+    client.hold_as_client().unwrap();
+    let other = Pool::open(&tmp.0).unwrap();
+    let e = other.try_lock_exclusive().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ResourceBusy);
+    assert!(e.to_string().contains("still mapped by a client"), "{e}");
+    // Refused as a whole: the flock taken first is given back.
+    other.try_lock_shared().unwrap();
+    other.unlock().unwrap();
+    client.store_u64(0, 42);
+    assert_eq!(
+        Pool::create(&tmp.0, 4096).unwrap_err().kind(),
+        ErrorKind::ResourceBusy
+    );
+    assert_eq!(other.load_u64(0), 42);
+    // Several clients at once hold it; it goes with the last mapping.
+    let second = Pool::open(&tmp.0).unwrap();
+    second.hold_as_client().unwrap();
+    drop(client);
+    assert!(other.try_lock_exclusive().is_err());
+    drop(second);
+    other.try_lock_exclusive().unwrap();
+}
+
+#[test]
+fn a_size_the_file_system_cannot_hold_leaves_the_old_pool() {
+    let tmp = TempPath::new("/dev/shm", "toolarge");
+    let old = Pool::create(&tmp.0, 8192).unwrap();
+    old.store_u64(4096, 7);
+    old.flush(4096, 8);
+    drop(old);
+    // 64 TiB: more than /dev/shm holds.
+    let e = Pool::create(&tmp.0, 64 << 40).unwrap_err();
+    assert!(e.to_string().contains("not enough free space"), "{e}");
+    let again = Pool::open(&tmp.0).unwrap();
+    assert_eq!(again.len(), 8192);
+    assert_eq!(again.load_u64(4096), 7);
+}
+
+#[test]
 fn exclusive_lock_conflicts_between_pools() {
     let tmp = TempPath::new("/dev/shm", "lock");
     let a = Pool::create(&tmp.0, 4096).unwrap();

@@ -222,12 +222,8 @@ fn run(
 ) -> Result<()> {
     let pool = Pool::open(pool_path)
         .map_err(|e| Error::with_msg(crate::error::io_errno(&e), e.to_string()))?;
-    pool.try_lock_exclusive().map_err(|_| {
-        Error::with_msg(
-            libc::EBUSY,
-            format!("pool {} is in use by another process", pool_path.display()),
-        )
-    })?;
+    pool.try_lock_exclusive()
+        .map_err(|e| crate::error::pool_busy(pool_path, &e))?;
     let abs_path = std::fs::canonicalize(pool_path)?;
     // The file opened, and the path as given (made absolute, a symlink not resolved): the
     // socket is named after that path, and it is what a new pool made there replaces.

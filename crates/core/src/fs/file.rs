@@ -126,6 +126,9 @@ impl File {
 
     /// A file the server already counts as open for this client (a create that opened it).
     pub(crate) fn opened(fs: Fs, handle: Handle, opts: OpenOptions) -> File {
+        if opts.write {
+            fs.writer_opened();
+        }
         File {
             lock: OnceLock::new(),
             fs,

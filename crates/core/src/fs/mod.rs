@@ -28,6 +28,7 @@ use crate::request::{Handle, Request, Response, WriteCheck};
 use crate::server::{ClientId, FsckReport, Server, Shared};
 use engram_pmem::{Media, Pool};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Concurrent readers that can be pinned at once.
@@ -75,6 +76,9 @@ pub(crate) struct Core {
     pub shared: Arc<Shared>,
     transport: Transport,
     reserve: Mutex<Vec<u64>>,
+    /// Files of this process open for writing: when the last closes, a daemon's client
+    /// gives its reserved pages back (`close_handle`).
+    writers: AtomicUsize,
     locks: Mutex<FastMap<u64, Arc<RangeLock>>>,
     info: MountInfo,
 }
@@ -126,12 +130,8 @@ impl Fs {
         // mounted: kept above the small numbers, which a program that opens the pool in
         // its own process (the shim) expects to get for its own files.
         pool.keep_descriptor_at_or_above(crate::daemon::MIN_FD);
-        pool.try_lock_exclusive().map_err(|_| {
-            Error::with_msg(
-                libc::EBUSY,
-                format!("pool {} is in use by another process", path.display()),
-            )
-        })?;
+        pool.try_lock_exclusive()
+            .map_err(|e| crate::error::pool_busy(path, &e))?;
         let canonical = std::fs::canonicalize(path);
         // Side files are named after the canonical path (or the path as given, if it has
         // gone meanwhile: then only dead ones can be named after it).
@@ -188,6 +188,7 @@ impl Fs {
                 shared,
                 transport: Transport::InProcess(Box::new(Mutex::new(server))),
                 reserve: Mutex::new(Vec::new()),
+                writers: AtomicUsize::new(0),
                 locks: Mutex::new(FastMap::default()),
                 info,
             }),
@@ -210,6 +211,17 @@ impl Fs {
             )
         })?;
         pool.keep_descriptor_at_or_above(crate::daemon::MIN_FD);
+        // While this mapping lives, in this process or a child, no later daemon or opener
+        // may reuse the pool: this process can store into the pages it reserved.
+        pool.hold_as_client().map_err(|e| {
+            Error::with_msg(
+                crate::error::io_errno(&e),
+                format!(
+                    "cannot mark pool {} as mapped: {e}",
+                    Path::new(&path).display()
+                ),
+            )
+        })?;
         let sb = Superblock::load(&pool)?;
         let geo = sb.geometry;
         pool.protect_read_only(0, geo.data_off)?;
@@ -235,6 +247,7 @@ impl Fs {
                 shared,
                 transport: Transport::Remote(remote),
                 reserve: Mutex::new(Vec::new()),
+                writers: AtomicUsize::new(0),
                 locks: Mutex::new(FastMap::default()),
                 info,
             }),
@@ -362,11 +375,38 @@ impl Fs {
 
     /// Close a handle (straight to the server when it is in this process).
     pub(crate) fn close_handle(&self, target: Handle, write: bool) -> Result<()> {
+        let last_writer = write && self.core.writers.fetch_sub(1, Ordering::AcqRel) == 1;
         match &self.core.transport {
             Transport::InProcess(m) => lock(m).close(IN_PROCESS_CLIENT, target, write).map(drop),
             // Nothing waits for a close's answer: it is posted, and the next request waits.
-            Transport::Remote(r) => r.post(&Request::Close { target, write }),
+            Transport::Remote(r) => {
+                r.post(&Request::Close { target, write })?;
+                if last_writer {
+                    self.give_back_reservation(r)?;
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// A file was opened for writing (counted for `close_handle`).
+    pub(crate) fn writer_opened(&self) {
+        self.core.writers.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// With no file open for writing left, a daemon's client gives its reserved pages back
+    /// (posted): held by an idle process they were lost to every other, and a few dozen
+    /// processes that had each written a small file left a small pool with no free page.
+    fn give_back_reservation(&self, r: &crate::daemon::Remote) -> Result<()> {
+        let pages = {
+            let mut reserve = lock(&self.core.reserve);
+            // A file opened for writing since keeps them.
+            if self.core.writers.load(Ordering::Acquire) != 0 || reserve.is_empty() {
+                return Ok(());
+            }
+            std::mem::take(&mut *reserve)
+        };
+        r.post(&Request::Unreserve { pages })
     }
 
     /// This process maps `target` shared (`on`), or gave one such mapping up. While any

@@ -122,10 +122,22 @@ fn a_client_cannot_act_as_another() {
     assert_eq!(&b.read_file("/b").unwrap()[..7], b"still B");
     drop(bw);
     // A is unusable now and goes away; its slots are forgotten.
+    let a_pool = (a.pool().as_ptr() as usize, a.pool().len() as usize);
     std::mem::forget(a);
     let r = b.fsck(false).unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
     drop(b);
     d.stop();
+    // A's mapping of the pool, leaked with it, marks the pool as mapped by a client (a
+    // later opener is refused while it lives): unmapped here as A's exit would.
+    // SAFETY: A is forgotten; nothing reads its mapping any more.
+    unsafe { libc::munmap(a_pool.0 as *mut libc::c_void, a_pool.1) };
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if std::fs::read_link(e.path()).is_ok_and(|t| t == d.pool) {
+            let fd: i32 = e.file_name().to_str().unwrap().parse().unwrap();
+            // SAFETY: closing the leaked client's own descriptor of the pool file.
+            unsafe { libc::close(fd) };
+        }
+    }
     check_clean(&d.pool);
 }

@@ -124,3 +124,36 @@ fn a_daemon_given_a_symlink_refuses_clients_once_the_path_is_replaced() {
         "a client of the new file at the link's path was refused"
     );
 }
+
+/// A client that outlives its daemon can still store into the data pages it had reserved,
+/// so no later daemon, in-process opener or mkfs may take the pool while it maps it.
+/// Before, a new daemon handed those pages to another file and the old client's next write
+/// (failing with EIO) landed in that file: fsck clean, the other file's bytes gone. Once the
+/// client has gone, the pool opens as usual, holding what was written before.
+#[test]
+fn a_pool_mapped_by_a_client_of_a_stopped_daemon_is_not_reused() {
+    let mut d = Daemon::start("outlived", 16 << 20);
+    let fs = Fs::connect(&d.socket).unwrap();
+    fs.write_file("/a", b"before").unwrap();
+    d.stop();
+    let busy = |e: engram_core::Error| {
+        assert_eq!(e.errno(), libc::EBUSY, "{e}");
+        assert!(e.to_string().contains("still mapped by a client"), "{e}");
+    };
+    busy(Fs::open(&d.pool, &Options::default()).err().unwrap());
+    let stop = engram_core::daemon::Stop::new();
+    let opts = engram_core::daemon::ServeOptions {
+        socket: d.socket.with_extension("again"),
+        idle_exit: None,
+        log_clients: false,
+    };
+    busy(engram_core::daemon::serve_until(&d.pool, &opts, &stop, &|_| {}).unwrap_err());
+    busy(Fs::mkfs(&d.pool, 16 << 20).unwrap_err());
+    assert_eq!(fs.write_file("/b", b"late").unwrap_err().errno(), libc::EIO);
+    drop(fs);
+    let fs = Fs::open(&d.pool, &Options::default()).unwrap();
+    assert_eq!(fs.read_file("/a").unwrap(), b"before");
+    assert!(fs.stat("/b").is_err());
+    let r = fs.fsck(false).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}

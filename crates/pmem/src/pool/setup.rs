@@ -44,6 +44,51 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Set (`kind`) or clear (F_UNLCK) the open-file-description lock on byte 0 of the pool
+/// file that marks a daemon client's mapping (`Pool::hold_as_client`).
+fn client_lock(file: &File, kind: libc::c_int, wait: bool) -> io::Result<()> {
+    // SAFETY: a zeroed flock is a valid value for the fields not set below.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = 0;
+    l.l_len = 1;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    // SAFETY: fcntl on a descriptor owned by `file` with a local struct flock.
+    if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut l) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// An exclusive `flock` on `file`, taken only while no daemon client maps it
+/// (`Pool::try_lock_exclusive`).
+fn lock_exclusive(file: &File) -> io::Result<()> {
+    flock(file, libc::LOCK_EX | libc::LOCK_NB)?;
+    match client_lock(file, libc::F_WRLCK, false) {
+        Ok(()) => client_lock(file, libc::F_UNLCK, false),
+        Err(e) => {
+            let _ = flock(file, libc::LOCK_UN);
+            Err(
+                if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) {
+                    io::Error::new(
+                        io::ErrorKind::ResourceBusy,
+                        "pool is still mapped by a client of a daemon that has stopped; end those \
+                     processes first (`fuser -v POOL` lists them)",
+                    )
+                } else {
+                    e
+                },
+            )
+        }
+    }
+}
+
 impl Pool {
     fn new(
         map: Mapping,
@@ -86,10 +131,13 @@ impl Pool {
             .metadata()
             .map_err(|e| with_path(e, "cannot stat pool file", path))?;
         let (backing, device_size) = device::probe(&file, &meta, path)?;
-        flock(&file, libc::LOCK_EX | libc::LOCK_NB)
-            .map_err(|e| with_path(e, "cannot create pool file", path))?;
+        lock_exclusive(&file).map_err(|e| with_path(e, "cannot create pool file", path))?;
         let sized = if !backing.is_device() {
-            file.set_len(0).and_then(|()| map::allocate(&file, size))
+            // The space is taken before the old content goes: a size the file system cannot
+            // hold leaves an existing pool as it was.
+            map::allocate(&file, size)
+                .and_then(|()| file.set_len(0))
+                .and_then(|()| map::allocate(&file, size))
         } else if size > device_size {
             Err(invalid(format!(
                 "{backing} {} holds {device_size} bytes, less than the {size} asked for",
@@ -212,10 +260,23 @@ impl Pool {
         Some((m.dev(), m.ino()))
     }
 
+    ///
+    /// It also fails, with `ResourceBusy`, while a process that was a client of an earlier
+    /// holder (a daemon that has stopped or died) still maps the pool (`hold_as_client`):
+    /// such a process can still store into the data pages it had reserved, which the new
+    /// holder would hand out to other files.
     pub fn try_lock_exclusive(&self) -> io::Result<()> {
+        self.file.as_ref().map_or(Ok(()), lock_exclusive)
+    }
+
+    /// Mark this mapping as a daemon client's for as long as its descriptor stays open (in
+    /// this process and any child that inherits it): a read lock on the file's first byte,
+    /// an open-file-description lock, which `flock` does not see. `try_lock_exclusive`
+    /// fails while any is held. Waits out an exclusive opener's momentary check.
+    pub fn hold_as_client(&self) -> io::Result<()> {
         self.file
             .as_ref()
-            .map_or(Ok(()), |f| flock(f, libc::LOCK_EX | libc::LOCK_NB))
+            .map_or(Ok(()), |f| client_lock(f, libc::F_RDLCK, true))
     }
 
     /// Take a shared `flock` on the backing file without blocking.

@@ -22,10 +22,17 @@ pub(in crate::server) struct Scratch {
 
 /// Most pages one reservation request hands out.
 const MAX_RESERVE: u64 = 4096;
+/// At most this fraction of the free pages goes to one reservation (a client that needs
+/// more asks again).
+const RESERVE_SHARE: u64 = 16;
 
 impl Server {
     pub(in crate::server) fn reserve(&mut self, client: ClientId, want: u64) -> Result<Response> {
-        let want = want.clamp(1, MAX_RESERVE);
+        // Once little is free, a share of it rather than a whole batch: the pages a client
+        // holds are lost to the others until it writes or goes, and a small pool shared by
+        // a few dozen processes ran out of space while nearly empty.
+        let share = (self.alloc.data.free() / RESERVE_SHARE).max(1);
+        let want = want.clamp(1, MAX_RESERVE).min(share);
         let mut pages = Vec::new();
         loop {
             self.alloc.alloc_data_pages(want, &mut pages);
