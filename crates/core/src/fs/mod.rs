@@ -7,6 +7,7 @@ mod epoch_tests;
 mod file;
 mod handle_ops;
 mod metadata;
+mod open;
 mod ops;
 mod path;
 mod readdir;

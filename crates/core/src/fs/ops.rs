@@ -8,7 +8,7 @@ use crate::layout::PAGE;
 use crate::perm::{self, R, W, X};
 use crate::request::{Handle, Request, Response, SetAttr, SetTime, StatFs};
 
-fn base(dir: Option<&File>) -> Option<Handle> {
+pub(super) fn base(dir: Option<&File>) -> Option<Handle> {
     dir.map(File::handle)
 }
 
@@ -23,163 +23,6 @@ impl Fs {
         match p.name.take() {
             Some(n) => Ok((p, n.into_owned())),
             None => Err(Error::EEXIST),
-        }
-    }
-
-    pub fn open_file(&self, path: impl AsRef<[u8]>, opts: &OpenOptions) -> Result<File> {
-        self.open_at(None, path.as_ref(), opts)
-    }
-
-    pub fn open_at(&self, dir: Option<&File>, path: &[u8], opts: &OpenOptions) -> Result<File> {
-        self.open_from(base(dir), path, opts)
-    }
-
-    /// `open_at` with the directory given by its handle (a front end that keeps its own
-    /// table of open directories, as the shim does); the walk checks that it is still a
-    /// live directory.
-    pub fn open_from(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
-        // The inode a path named can be removed by another thread or process before the
-        // open reaches the server (ESTALE). Linux resolves and opens atomically: the name
-        // is then gone (ENOENT), or, with O_CREAT, created afresh.
-        let mut tries = 0;
-        loop {
-            match self.open_once(dir, path, opts) {
-                Err(e) if e.errno() == libc::ESTALE && opts.create && tries < 8 => tries += 1,
-                Err(e) if e.errno() == libc::ESTALE => return Err(Error::ENOENT),
-                other => return other,
-            }
-        }
-    }
-
-    fn open_once(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
-        let mut opts = *opts;
-        if !opts.read && !opts.write {
-            opts.read = true;
-        }
-        let (h, d) = if opts.create {
-            let p = self.resolve_parent(dir, path)?;
-            let Some(name) = p.name else {
-                return Err(if opts.excl {
-                    Error::EEXIST
-                } else {
-                    Error::EISDIR
-                });
-            };
-            if p.trailing_slash {
-                return Err(Error::EISDIR);
-            }
-            // With O_EXCL the server refuses a name that exists (EEXIST, whatever it names:
-            // O_EXCL follows no symlink), so there is nothing to look up first.
-            let found = if opts.excl {
-                None
-            } else {
-                self.lookup_child(p.dir.ino, &name)?
-            };
-            match found {
-                Some((_, d)) if d.is_symlink() => {
-                    if opts.nofollow {
-                        return Err(symlink_not_followed(&opts));
-                    }
-                    self.open_symlink_target(dir, path, &opts)?
-                }
-                Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
-                Some(found) => found,
-                None => {
-                    let open = Some(opts.write);
-                    let (h, c) = self.call_create(p.dir, &name, opts.mode, opts.excl, open)?;
-                    if c {
-                        // A new empty regular file: no directory, nothing to truncate, no
-                        // permission to check, so its inode need not be read.
-                        if opts.directory {
-                            drop(File::opened(self.clone(), h, opts));
-                            return Err(Error::ENOTDIR);
-                        }
-                        return Ok(File::opened(self.clone(), h, opts));
-                    }
-                    let d = self.read_inode(h.ino);
-                    // Another thread or process may have made the name a directory or a
-                    // symlink since the lookup: the server then returns what is there.
-                    if d.is_dir() {
-                        return Err(Error::EISDIR);
-                    }
-                    if d.is_symlink() {
-                        if opts.nofollow {
-                            return Err(symlink_not_followed(&opts));
-                        }
-                        // The name went with the request: resolve it again (a rare race).
-                        self.open_symlink_target(dir, path, &opts)?
-                    } else {
-                        (h, d)
-                    }
-                }
-            }
-        } else {
-            let (h, d) = self.resolve(dir, path, !opts.nofollow)?;
-            if d.is_symlink() {
-                return Err(symlink_not_followed(&opts));
-            }
-            (h, d)
-        };
-        if opts.directory && !d.is_dir() {
-            return Err(Error::ENOTDIR);
-        }
-        if d.is_dir() && (opts.write || opts.truncate) {
-            return Err(Error::EISDIR);
-        }
-        let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
-        perm::check(self.creds(), &d, want)?;
-        // Linux truncates on O_TRUNC even when opened read-only (write permission checked).
-        if opts.truncate && d.is_reg() && d.size > 0 {
-            self.truncate_handle(h, 0)?;
-        }
-        File::new(self.clone(), h, opts)
-    }
-
-    /// O_CREAT through a symlink: follow the chain of links to a final name, open it if it
-    /// exists (EISDIR for a directory), else create it, as Linux does. A link whose target
-    /// ends with a slash names a directory: EISDIR. The path is walked again with its links
-    /// counted: Linux's limit of 40 covers the whole resolution, the links in the path, the
-    /// chain and the links inside the chain's targets.
-    fn open_symlink_target(
-        &self,
-        base: Option<Handle>,
-        path: &[u8],
-        opts: &OpenOptions,
-    ) -> Result<(Handle, crate::inode::InodeData)> {
-        let mut links = 0;
-        let p = self.resolve_parent_counting(base, path, &mut links)?;
-        let name = p.name.ok_or(Error::EISDIR)?;
-        let (mut dir, mut name) = (p.dir, name.into_owned());
-        loop {
-            match self.lookup_child(dir.ino, &name)? {
-                Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
-                Some((h, d)) if d.is_symlink() => {
-                    links += 1;
-                    if links > super::path::MAX_SYMLINKS {
-                        return Err(Error::ELOOP);
-                    }
-                    let target = self.read_link_target(h)?;
-                    let p = self.resolve_parent_counting(Some(dir), &target, &mut links)?;
-                    let Some(n) = p.name else {
-                        return Err(Error::EISDIR);
-                    };
-                    if p.trailing_slash {
-                        // Linux refuses O_CREAT of "name/" before looking the name up.
-                        return Err(Error::EISDIR);
-                    }
-                    (dir, name) = (p.dir, n.into_owned());
-                }
-                Some(found) => return Ok(found),
-                None => {
-                    let (h, created) = self.call_create(dir, &name, opts.mode, false, None)?;
-                    let d = self.read_inode(h.ino);
-                    if created || !(d.is_dir() || d.is_symlink()) {
-                        return Ok((h, d));
-                    }
-                    // The name became a directory or a symlink since the lookup: look again
-                    // (EISDIR, or follow the link).
-                }
-            }
         }
     }
 
@@ -573,15 +416,5 @@ impl Fs {
             done += f.write_at(&data[done..], done as u64)?;
         }
         Ok(())
-    }
-}
-
-/// The error of an open that names a symlink it may not follow (O_NOFOLLOW): ELOOP, or
-/// ENOTDIR when O_DIRECTORY asked for a directory.
-fn symlink_not_followed(opts: &OpenOptions) -> Error {
-    if opts.directory {
-        Error::ENOTDIR
-    } else {
-        Error::ELOOP
     }
 }
