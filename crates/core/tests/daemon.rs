@@ -20,6 +20,8 @@ mod pool_file;
 mod posted;
 #[path = "daemon/processes.rs"]
 mod processes;
+#[path = "daemon/replace_race.rs"]
+mod replace_race;
 #[path = "daemon/reserve.rs"]
 mod reserve;
 #[path = "daemon/walk_cache.rs"]

@@ -20,17 +20,9 @@ impl Fs {
     /// table of open directories, as the shim does); the walk checks that it is still a
     /// live directory.
     pub fn open_from(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
-        // The inode a path named can be removed by another thread or process before the
-        // open reaches the server (ESTALE). Linux resolves and opens atomically: the name
-        // is then gone (ENOENT), or, with O_CREAT, created afresh.
-        let mut tries = 0;
-        loop {
-            match self.open_once(dir, path, opts) {
-                Err(e) if e.errno() == libc::ESTALE && opts.create && tries < 8 => tries += 1,
-                Err(e) if e.errno() == libc::ESTALE => return Err(Error::ENOENT),
-                other => return other,
-            }
-        }
+        // Linux opens the inode its walk found even if a rename replaces the name meanwhile;
+        // here that inode may be freed before the open reaches the server: look again.
+        self.retry_stale(|| self.open_once(dir, path, opts))
     }
 
     fn open_once(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
@@ -78,9 +70,12 @@ impl Fs {
                         }
                         return Ok(File::opened(self.clone(), h, opts));
                     }
+                    // The name was there after all. What it names may be gone again (ESTALE:
+                    // look again), or be a directory or a symlink by now.
                     let d = self.read_inode(h.ino);
-                    // Another thread or process may have made the name a directory or a
-                    // symlink since the lookup: the server then returns what is there.
+                    if d.is_free() || d.generation != h.generation {
+                        return Err(Error::ESTALE);
+                    }
                     if d.is_dir() {
                         return Err(Error::EISDIR);
                     }
@@ -155,6 +150,9 @@ impl Fs {
                 None => {
                     let (h, created) = self.call_create(dir, &name, opts.mode, false, None)?;
                     let d = self.read_inode(h.ino);
+                    if d.is_free() || d.generation != h.generation {
+                        return Err(Error::ESTALE);
+                    }
                     if created || !(d.is_dir() || d.is_symlink()) {
                         return Ok((h, d));
                     }

@@ -6,7 +6,9 @@ use super::{File, Fs, Metadata, OpenOptions, ReadDir};
 use crate::error::{Error, Result};
 use crate::layout::PAGE;
 use crate::perm::{self, R, W, X};
-use crate::request::{Handle, Request, Response, SetAttr, SetTime, StatFs};
+use crate::request::{
+    Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, Request, Response, SetAttr, SetTime, StatFs,
+};
 
 pub(super) fn base(dir: Option<&File>) -> Option<Handle> {
     dir.map(File::handle)
@@ -53,13 +55,17 @@ impl Fs {
 
     /// `mkdir_at` with the directory given by its handle.
     pub fn mkdir_from(&self, dir: Option<Handle>, path: &[u8], mode: u32) -> Result<()> {
-        let (p, name) = self.parent_for_change(dir, path)?;
-        self.call_entry(Request::Mkdir {
-            parent: p.dir,
-            name,
-            mode,
-        })?;
-        Ok(())
+        // Every request below names a directory found lock-free, which a rename over it can
+        // free before the request arrives: `retry_stale` walks again.
+        self.retry_stale(|| {
+            let (p, name) = self.parent_for_change(dir, path)?;
+            self.call_entry(Request::Mkdir {
+                parent: p.dir,
+                name,
+                mode,
+            })
+            .map(drop)
+        })
     }
 
     /// Remove a file or symlink.
@@ -78,6 +84,10 @@ impl Fs {
 
     /// `unlink_at` with the directory given by its handle.
     pub fn unlink_from(&self, dir: Option<Handle>, path: &[u8], dir_flag: bool) -> Result<()> {
+        self.retry_stale(|| self.unlink_once(dir, path, dir_flag))
+    }
+
+    fn unlink_once(&self, dir: Option<Handle>, path: &[u8], dir_flag: bool) -> Result<()> {
         let p = self.resolve_parent(dir, path)?;
         let Some(name) = p.name else {
             return Err(if dir_flag {
@@ -128,11 +138,19 @@ impl Fs {
         to: &[u8],
         flags: u32,
     ) -> Result<()> {
-        use crate::request::{RENAME_EXCHANGE, RENAME_NOREPLACE};
         let both = RENAME_EXCHANGE | RENAME_NOREPLACE;
         if flags & !both != 0 || flags & both == both {
             return Err(Error::EINVAL);
         }
+        self.retry_stale(|| self.rename_once((fdir, from), (tdir, to), flags))
+    }
+
+    fn rename_once(
+        &self,
+        (fdir, from): (Option<Handle>, &[u8]),
+        (tdir, to): (Option<Handle>, &[u8]),
+        flags: u32,
+    ) -> Result<()> {
         let f = self.resolve_parent(fdir, from)?;
         let t = self.resolve_parent(tdir, to)?;
         let Some(fname) = f.name else {
@@ -194,6 +212,15 @@ impl Fs {
         new: &[u8],
         follow: bool,
     ) -> Result<()> {
+        self.retry_stale(|| self.link_once((odir, old), (ndir, new), follow))
+    }
+
+    fn link_once(
+        &self,
+        (odir, old): (Option<Handle>, &[u8]),
+        (ndir, new): (Option<Handle>, &[u8]),
+        follow: bool,
+    ) -> Result<()> {
         let (h, _) = self.resolve(odir, old, follow)?;
         let (p, name) = self.parent_for_change(ndir, new)?;
         if p.trailing_slash {
@@ -220,16 +247,18 @@ impl Fs {
         if target.len() >= super::path::PATH_MAX {
             return Err(Error::ENAMETOOLONG);
         }
-        let (p, name) = self.parent_for_change(base(dir), linkpath)?;
-        if p.trailing_slash {
-            return Err(self.slash_name_error(p.dir, &name)?);
-        }
-        self.call_entry(Request::Symlink {
-            parent: p.dir,
-            name,
-            target: target.to_vec(),
-        })?;
-        Ok(())
+        self.retry_stale(|| {
+            let (p, name) = self.parent_for_change(base(dir), linkpath)?;
+            if p.trailing_slash {
+                return Err(self.slash_name_error(p.dir, &name)?);
+            }
+            self.call_entry(Request::Symlink {
+                parent: p.dir,
+                name,
+                target: target.to_vec(),
+            })
+            .map(drop)
+        })
     }
 
     /// The error for a new name written with a trailing slash ("name/"): EEXIST if the name
@@ -249,14 +278,10 @@ impl Fs {
     pub fn readlink_at(&self, dir: Option<&File>, path: &[u8]) -> Result<Vec<u8>> {
         // The symlink found can be unlinked (and its inode reused) before its target is
         // read (ESTALE): look the name up again, as Linux reads it atomically.
-        for _ in 0..8 {
+        self.retry_stale(|| {
             let (h, _) = self.resolve(base(dir), path, false)?;
-            match self.read_link_target(h) {
-                Err(e) if e.errno() == libc::ESTALE => continue,
-                other => return other,
-            }
-        }
-        Err(Error::ENOENT)
+            self.read_link_target(h)
+        })
     }
 
     /// stat(2): follows a final symlink.
@@ -287,12 +312,14 @@ impl Fs {
     }
 
     pub fn truncate(&self, path: impl AsRef<[u8]>, size: u64) -> Result<()> {
-        let (h, d) = self.resolve(None, path.as_ref(), true)?;
-        if d.is_dir() {
-            return Err(Error::EISDIR);
-        }
-        perm::check(self.creds(), &d, W)?;
-        self.truncate_handle(h, size)
+        self.retry_stale(|| {
+            let (h, d) = self.resolve(None, path.as_ref(), true)?;
+            if d.is_dir() {
+                return Err(Error::EISDIR);
+            }
+            perm::check(self.creds(), &d, W)?;
+            self.truncate_handle(h, size)
+        })
     }
 
     fn setattr_at(
@@ -302,9 +329,10 @@ impl Fs {
         follow: bool,
         attr: SetAttr,
     ) -> Result<()> {
-        let (h, _) = self.resolve(base(dir), path, follow)?;
-        self.call(Request::SetAttr { target: h, attr })?;
-        Ok(())
+        self.retry_stale(|| {
+            let (h, _) = self.resolve(base(dir), path, follow)?;
+            self.call(Request::SetAttr { target: h, attr }).map(drop)
+        })
     }
 
     pub fn chmod(&self, path: impl AsRef<[u8]>, mode: u32) -> Result<()> {

@@ -16,6 +16,10 @@ use walk::{Base, Walked, Want};
 pub(super) const MAX_SYMLINKS: u32 = 40;
 pub const PATH_MAX: usize = libc::PATH_MAX as usize;
 
+/// Lookups a path call makes again because what it found was freed before the server acted
+/// on it (`Fs::retry_stale`): a race with a rename ends after one or two.
+const STALE_RETRIES: u32 = 1000;
+
 /// The message of the error a `staying_inside` walk ends with where the path leaves the pool.
 const LEAVES_POOL: &str = "the path leaves the pool's namespace";
 
@@ -37,6 +41,24 @@ pub struct Parent<'p> {
 }
 
 impl Fs {
+    /// Run `call`, which resolves a path and then acts on what it found (a request with its
+    /// handle, or a read of it), again while the action finds the handle stale (ESTALE):
+    /// another thread or process removed the name, or renamed another object over it,
+    /// between the walk and the action, and the inode was freed. Linux acts on the object
+    /// its walk found, old or new, and does not fail; a new walk finds the new object, or
+    /// no name at all (ENOENT). The server checks every handle before it changes anything,
+    /// so an attempt that found its handle stale did nothing.
+    pub(crate) fn retry_stale<T>(&self, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+        for _ in 0..STALE_RETRIES {
+            match call() {
+                Err(e) if e.errno() == libc::ESTALE => continue,
+                other => return other,
+            }
+        }
+        // Replaced again before every action: the name has named nothing for a moment.
+        Err(Error::ENOENT)
+    }
+
     /// Look `name` up in directory `dir`; the child's inode is read consistently with the
     /// directory, so a name removed (and its inode reused) meanwhile is never returned.
     pub(crate) fn lookup_child(

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod replace;
+
 use engram_core::{Error, Fs, Options};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
