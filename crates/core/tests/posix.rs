@@ -15,6 +15,10 @@ mod namespace;
 #[path = "posix/attrs.rs"]
 mod attrs;
 
+// ---------------------------------------------------------------------------------- truncation times
+#[path = "posix/truncate_times.rs"]
+mod truncate_times;
+
 // ---------------------------------------------------------------------------------- paths
 #[path = "posix/paths.rs"]
 mod paths;

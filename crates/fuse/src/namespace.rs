@@ -242,7 +242,9 @@ impl EngramFuse {
         // As in open: the kernel chooses where O_APPEND writes go.
         opts.append = false;
         let file = if created {
-            // The creator may use the descriptor whatever mode it gave the file (open(2)).
+            // The creator may use the descriptor whatever mode it gave the file (open(2)),
+            // and Linux does not truncate a file its open made (nor change its times).
+            opts.truncate = false;
             self.root.open_handle(h, &opts)?
         } else {
             // Lost a race with another creator: an ordinary open of what is there.

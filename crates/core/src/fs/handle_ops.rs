@@ -69,12 +69,15 @@ impl Fs {
             return Err(Error::EISDIR);
         }
         let d = self.read_inode(h.ino);
-        let want = if opts.read { R } else { 0 } | if opts.write { perm::W } else { 0 };
+        let writes = opts.write || opts.truncate;
+        let want = if opts.read { R } else { 0 } | if writes { perm::W } else { 0 };
         perm::check(self.creds(), &d, want)?;
-        if opts.truncate && opts.write && m.is_file() && m.size > 0 {
+        let file = File::new(self.clone(), h, opts)?;
+        // As `open_from`: an empty file or a read-only open is truncated too (mtime, ctime).
+        if opts.truncate && m.is_file() {
             self.truncate_handle(h, 0)?;
         }
-        File::new(self.clone(), h, opts)
+        Ok(file)
     }
 
     pub fn read_dir_handle(&self, h: Handle) -> Result<ReadDir> {

@@ -4,6 +4,7 @@
 use super::ops::base;
 use super::{File, Fs, OpenOptions};
 use crate::error::{Error, Result};
+use crate::inode::InodeData;
 use crate::perm::{self, R, W};
 use crate::request::Handle;
 
@@ -30,7 +31,7 @@ impl Fs {
         if !opts.read && !opts.write {
             opts.read = true;
         }
-        let (h, d) = if opts.create {
+        let (h, d, created) = if opts.create {
             let p = self.resolve_parent(dir, path)?;
             let Some(name) = p.name else {
                 return Err(if opts.excl {
@@ -57,7 +58,7 @@ impl Fs {
                     self.open_symlink_target(dir, path, &opts)?
                 }
                 Some((_, d)) if d.is_dir() => return Err(Error::EISDIR),
-                Some(found) => found,
+                Some((h, d)) => (h, d, false),
                 None => {
                     let open = Some(opts.write);
                     let (h, c) = self.call_create(p.dir, &name, opts.mode, opts.excl, open)?;
@@ -86,7 +87,7 @@ impl Fs {
                         // The name went with the request: resolve it again (a rare race).
                         self.open_symlink_target(dir, path, &opts)?
                     } else {
-                        (h, d)
+                        (h, d, false)
                     }
                 }
             }
@@ -95,7 +96,7 @@ impl Fs {
             if d.is_symlink() {
                 return Err(symlink_not_followed(&opts));
             }
-            (h, d)
+            (h, d, false)
         };
         if opts.directory && !d.is_dir() {
             return Err(Error::ENOTDIR);
@@ -103,26 +104,35 @@ impl Fs {
         if d.is_dir() && (opts.write || opts.truncate) {
             return Err(Error::EISDIR);
         }
+        if created {
+            // Made by this open (through a symlink): its creator may use it whatever mode it
+            // gave it, and there is nothing to truncate.
+            return File::new(self.clone(), h, opts);
+        }
         let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
         perm::check(self.creds(), &d, want)?;
-        // Linux truncates on O_TRUNC even when opened read-only (write permission checked).
-        if opts.truncate && d.is_reg() && d.size > 0 {
+        let file = File::new(self.clone(), h, opts)?;
+        // Linux truncates an existing regular file on O_TRUNC even when it is empty or
+        // opened read-only (write permission checked above): the size may stay, mtime and
+        // ctime change. Once open, the inode cannot be freed: the file truncated is the
+        // file opened (on an error, dropping it closes it).
+        if opts.truncate && d.is_reg() {
             self.truncate_handle(h, 0)?;
         }
-        File::new(self.clone(), h, opts)
+        Ok(file)
     }
 
     /// O_CREAT through a symlink: follow the chain of links to a final name, open it if it
-    /// exists (EISDIR for a directory), else create it, as Linux does. A link whose target
-    /// ends with a slash names a directory: EISDIR. The path is walked again with its links
-    /// counted: Linux's limit of 40 covers the whole resolution, the links in the path, the
-    /// chain and the links inside the chain's targets.
+    /// exists (EISDIR for a directory), else create it, as Linux does; whether it made it.
+    /// A link whose target ends with a slash names a directory: EISDIR. The path is walked
+    /// again with its links counted: Linux's limit of 40 covers the whole resolution, the
+    /// links in the path, the chain and the links inside the chain's targets.
     fn open_symlink_target(
         &self,
         base: Option<Handle>,
         path: &[u8],
         opts: &OpenOptions,
-    ) -> Result<(Handle, crate::inode::InodeData)> {
+    ) -> Result<(Handle, InodeData, bool)> {
         let mut links = 0;
         let p = self.resolve_parent_counting(base, path, &mut links)?;
         let name = p.name.ok_or(Error::EISDIR)?;
@@ -146,7 +156,7 @@ impl Fs {
                     }
                     (dir, name) = (p.dir, n.into_owned());
                 }
-                Some(found) => return Ok(found),
+                Some((h, d)) => return Ok((h, d, false)),
                 None => {
                     let (h, created) = self.call_create(dir, &name, opts.mode, false, None)?;
                     let d = self.read_inode(h.ino);
@@ -154,7 +164,7 @@ impl Fs {
                         return Err(Error::ESTALE);
                     }
                     if created || !(d.is_dir() || d.is_symlink()) {
-                        return Ok((h, d));
+                        return Ok((h, d, created));
                     }
                     // The name became a directory or a symlink since the lookup: look again
                     // (EISDIR, or follow the link).

@@ -1,6 +1,6 @@
 //! Opening files: O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW and access modes.
 
-use super::{creat, dir_opts, ro, rw};
+use super::{creat, dir_opts, ro, rw, user};
 use crate::common::{assert_clean, assert_errno, new_fs, pattern, remount};
 use engram_core::OpenOptions;
 use libc::{EBADF, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR};
@@ -122,6 +122,27 @@ fn open_creat_through_dangling_symlink_creates_target() {
     drop(f);
     assert_eq!(fs.read_file("/d/target").unwrap(), b"via link");
     assert!(fs.lstat("/d/dangling").unwrap().is_symlink());
+    assert_clean(&fs);
+}
+
+/// open(2) with O_CREAT returns a descriptor for the access asked even when the mode given
+/// forbids it, for a file made through a dangling symlink as for one made directly.
+#[test]
+fn o_creat_through_a_dangling_symlink_writes_whatever_the_mode() {
+    let (_p, fs) = new_fs("dangling-mode", 16);
+    fs.mkdir("/u", 0o777).unwrap();
+    let u = user(&fs, 1000);
+    u.symlink("made", "/u/dangling").unwrap();
+    let opts = OpenOptions::new().write(true).create(true).mode(0o444);
+    for path in ["/u/direct", "/u/dangling"] {
+        let f = u.open_file(path, &opts).unwrap();
+        f.write_at(b"ok", 0).unwrap();
+    }
+    assert_eq!(fs.read_file("/u/direct").unwrap(), b"ok");
+    assert_eq!(fs.read_file("/u/made").unwrap(), b"ok");
+    assert_eq!(fs.stat("/u/made").unwrap().permissions(), 0o444);
+    // Once made, the mode applies.
+    assert_errno(u.open_file("/u/dangling", &opts), libc::EACCES);
     assert_clean(&fs);
 }
 
