@@ -162,7 +162,8 @@ fn take_spare() -> Option<c_int> {
     }
 }
 
-fn dev_null() -> Res<c_int> {
+/// The shim's /dev/null (opened on first use), which placeholders duplicate.
+pub(crate) fn dev_null() -> Res<c_int> {
     let fd = NULL_FD.load(Ordering::Acquire);
     if fd >= 0 {
         return Ok(fd);

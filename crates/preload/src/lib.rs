@@ -7,8 +7,9 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`, `glob`, `ftw`, `exec`, `syscalls`; the descriptor table is `table` (its
-//! descriptions `openfile`), the operation guard fork waits for `opguard`, the
+//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`, `glob`, `ftw`, `exec`,
+//! `syscalls`; the descriptor table is `table` (its descriptions `openfile`, their lock
+//! files' descriptors `lockfds`), the operation guard fork waits for `opguard`, the
 //! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
 //!
@@ -31,6 +32,7 @@ pub mod ftw;
 pub mod glob;
 pub mod inherit;
 pub mod io;
+pub mod lockfds;
 pub mod magicfd;
 pub mod mmap;
 pub mod open;

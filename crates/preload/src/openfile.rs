@@ -216,25 +216,14 @@ impl OpenFile {
     /// Called under the operation guard, or before fork with every operation finished.
     pub(crate) fn open_lock_fd(&self, pool: u64) -> Res<c_int> {
         // One opening at a time: a second descriptor of the lock file, opened by a racing
-        // thread and closed again, would release every POSIX lock of the process on it.
+        // thread and closed again, would release every POSIX lock of the process on it; and
+        // `lockfds::open` must see every descriptor of the file opened before.
         let _one = OPENING.lock().unwrap_or_else(|e| e.into_inner());
         let fd = self.lock_fd.load(Ordering::Acquire);
         if fd >= 0 {
             return Ok(fd);
         }
-        let name = self.lock_file_name(pool);
-        // SAFETY: opening a NUL-terminated path with the real open.
-        let fd = unsafe {
-            real::open(
-                name.as_ptr() as *const libc::c_char,
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-                0o666,
-            )
-        };
-        if fd < 0 {
-            return Err(crate::util::errno());
-        }
-        let fd = crate::util::move_high(fd);
+        let fd = crate::lockfds::open(&self.lock_file_name(pool), self.handle)?;
         self.lock_fd.store(fd, Ordering::Release);
         Ok(fd)
     }
@@ -279,6 +268,7 @@ impl OpenFile {
         // its own (the next exec passes it on if the description survives it).
         unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
         crate::ownfds::own(fd);
+        crate::lockfds::register(fd, self.handle);
         self.lock_fd.store(fd, Ordering::Release);
         true
     }
@@ -303,6 +293,7 @@ impl Drop for OpenFile {
         }
         let fd = self.lock_fd.load(Ordering::Acquire);
         if fd >= 0 {
+            crate::lockfds::forget(fd);
             crate::ownfds::close(fd);
         }
         // SAFETY: unmapping our page; nothing uses it.

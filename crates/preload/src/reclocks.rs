@@ -234,10 +234,12 @@ pub fn closed(of: &OpenFile) {
             return;
         }
     }
-    // The kernel's: through this description's lock file if it has one (a description
-    // that never locked leaves them; compatibility.md says so).
-    let fd = of.lock_fd.load(Ordering::Acquire);
-    if fd >= 0 {
+    // The kernel's: through this description's lock file, or any other of the file's (a
+    // description that never locked has none, and its close releases them all the same).
+    if let Some(fd) = of
+        .lock_fd_if_open()
+        .or_else(|| crate::lockfds::of_file(of.handle))
+    {
         unlock_all(fd);
     }
 }

@@ -69,8 +69,9 @@ fn programs_stored_in_the_pool_run() {
 }
 
 /// Compile tests/c/NAME.c and run it through a daemon on a fresh pool, with the mount
-/// prefix as its argument; it prints OK when every check passed.
-fn c_program_via_daemon(name: &str, ok: &str) {
+/// prefix as its argument (and, with `real_dir`, a directory outside the pool as a second);
+/// it prints OK when every check passed.
+fn c_program_via_daemon(name: &str, ok: &str, real_dir: bool) {
     if !require("gcc", "gcc") {
         return;
     }
@@ -78,6 +79,11 @@ fn c_program_via_daemon(name: &str, ok: &str) {
     let exe = common::compile_c(name, &p.scratch);
     let mut c = p.command(exe.to_str().unwrap());
     c.arg(common::MOUNT);
+    if real_dir {
+        let real = p.scratch.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        c.arg(real);
+    }
     let out = output(c, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -94,14 +100,14 @@ fn c_program_via_daemon(name: &str, ok: &str) {
 /// children share the pool through the daemon.
 #[test]
 fn posix_spawn_file_actions_reach_the_pool() {
-    c_program_via_daemon("spawnfa", "SPAWNFA-OK");
+    c_program_via_daemon("spawnfa", "SPAWNFA-OK", false);
 }
 
 /// A shared mapping shows what other processes write with write(2), also processes that do
 /// not map the file (tests/c/mapshare.c).
 #[test]
 fn a_shared_mapping_shows_other_processes_writes() {
-    c_program_via_daemon("mapshare", "MAPSHARE-OK");
+    c_program_via_daemon("mapshare", "MAPSHARE-OK", false);
 }
 
 /// Stores through a shared writable mapping of a client that ends by `_exit` or SIGKILL
@@ -142,5 +148,15 @@ fn mapped_stores_of_a_client_that_died_reach_the_file() {
 /// (tests/c/forkrace.c).
 #[test]
 fn a_child_forked_during_a_spawn_keeps_no_stray_lock() {
-    c_program_via_daemon("forkrace", "FORKRACE-OK");
+    c_program_via_daemon("forkrace", "FORKRACE-OK", false);
+}
+
+/// A process's POSIX locks on a file keep excluding other processes (F_SETLK refused,
+/// F_GETLK names the process) through other opens of the file, locks, flocks and OFD locks
+/// through them, and forked and spawned children and their exits; closing any descriptor of
+/// the file, also of a description that never locked, releases them (tests/c/posixlocks.c,
+/// in the pool and in a real directory).
+#[test]
+fn posix_locks_stay_through_other_opens_and_children_until_a_close() {
+    c_program_via_daemon("posixlocks", "POSIXLOCKS-OK", true);
 }

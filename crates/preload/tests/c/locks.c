@@ -1,10 +1,12 @@
 /* Record locks on a pool opened in-process, which the shim answers without the kernel
  * while only POSIX locks are used: they never conflict within the process, closing any
  * descriptor of a file releases them, and an OFD lock still conflicts with them (they go
- * to the kernel then). Run in-process by tests/shim.rs; argv[1] is the mount prefix. */
+ * to the kernel then), and once they do, other descriptions of the file leave them. Run
+ * in-process by tests/shim.rs; argv[1] is the mount prefix. */
 #define _GNU_SOURCE
 #include "check.h"
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 static int setlk(int fd, int cmd, short type, off_t start, off_t len) {
@@ -81,6 +83,25 @@ int main(int argc, char **argv) {
     CHECK(q >= 0 && close(q) == 0);
     CHECK(getlk(x, F_OFD_GETLK, 0, 10) == F_UNLCK);
     CHECK(setlk(x, F_OFD_SETLK, F_WRLCK, 0, 10) == 0);
+
+    /* Once the kernel answers, the POSIX locks stay through other descriptions' first
+     * locks, flocks and OFD locks; a close of a description that never locked releases
+     * them. */
+    int s = open_file(dir, "six");
+    int t = open_file(dir, "six");
+    CHECK(setlk(t, F_OFD_SETLK, F_RDLCK, 1000, 1) == 0);
+    CHECK(setlk(s, F_SETLK, F_WRLCK, 0, 10) == 0);
+    int u = open_file(dir, "six");
+    CHECK(setlk(u, F_SETLK, F_WRLCK, 20, 10) == 0);
+    int v = open_file(dir, "six");
+    CHECK(flock(v, LOCK_SH) == 0);
+    int w = open_file(dir, "six");
+    CHECK(setlk(w, F_OFD_SETLK, F_RDLCK, 100, 1) == 0);
+    CHECK(getlk(t, F_OFD_GETLK, 0, 10) == F_WRLCK && getlk(t, F_OFD_GETLK, 20, 10) == F_WRLCK);
+    int y = open_file(dir, "six");
+    CHECK(close(y) == 0);
+    CHECK(getlk(t, F_OFD_GETLK, 0, 30) == F_UNLCK);
+    CHECK(close(w) == 0 && close(v) == 0 && close(u) == 0 && close(t) == 0 && close(s) == 0);
 
     /* Bad requests fail as the kernel's do. */
     struct flock bad = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = -10};
