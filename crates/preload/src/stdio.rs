@@ -111,6 +111,18 @@ fn mode_flags(mode: &[u8]) -> Option<c_int> {
     Some(fl)
 }
 
+/// glibc starts an "a" stream (not "a+") at the end of the file, so that ftell before the
+/// first write answers the size: fopen always, fdopen when it added O_APPEND itself.
+fn seek_end_for_append(fd: c_int, mode: &[u8], added: bool) -> crate::util::Res<()> {
+    if added && mode.first() == Some(&b'a') && !mode.contains(&b'+') {
+        // SAFETY: moving the offset of our own descriptor through the shim.
+        if unsafe { crate::io::lseek64(fd, 0, libc::SEEK_END) } < 0 {
+            return Err(crate::util::errno());
+        }
+    }
+    Ok(())
+}
+
 fn fopen_impl(path: *const c_char, mode: *const c_char) -> *mut FILE {
     guard(std::ptr::null_mut(), || {
         // SAFETY: the caller's mode string.
@@ -122,6 +134,11 @@ fn fopen_impl(path: *const c_char, mode: *const c_char) -> *mut FILE {
             return Err(crate::util::errno());
         }
         let fp = if table::is_ours(fd) {
+            if let Err(e) = seek_end_for_append(fd, m, true) {
+                // SAFETY: closing the descriptor we opened.
+                unsafe { open::close(fd) };
+                return Err(e);
+            }
             cookie_stream(fd, mode)
         } else {
             // SAFETY: the path resolved outside the pool: a normal stream.
@@ -164,10 +181,17 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         guard(std::ptr::null_mut(), || {
             // SAFETY: the caller's mode string.
             let m = unsafe { cbytes(mode) };
-            mode_flags(m).ok_or(libc::EINVAL)?;
-            if m.first() == Some(&b'a') && of.flags() & libc::O_APPEND == 0 {
+            let want = mode_flags(m).ok_or(libc::EINVAL)? & libc::O_ACCMODE;
+            // As glibc: the mode may not ask for access the descriptor lacks.
+            let have = of.flags() & libc::O_ACCMODE;
+            if (have == libc::O_RDONLY || have == libc::O_WRONLY) && want != have {
+                Err(libc::EINVAL)?
+            }
+            let added = m.first() == Some(&b'a') && of.flags() & libc::O_APPEND == 0;
+            if added {
                 of.set_flags(of.flags() | libc::O_APPEND)?;
             }
+            seek_end_for_append(fd, m, added)?;
             let fp = cookie_stream(fd, mode);
             if fp.is_null() {
                 Err(crate::util::errno())

@@ -68,6 +68,28 @@ fn programs_stored_in_the_pool_run() {
     p.fsck();
 }
 
+/// ftell of an "a" stream and fdopen's access checks give glibc's results on the same
+/// files in a real directory (tests/c/stdio.c compares them).
+#[test]
+fn stdio_on_pool_streams_gives_glibcs_results() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("stdio", 64);
+    let exe = common::compile_c("stdio", &p.scratch);
+    let mut c = p.command(exe.to_str().unwrap());
+    c.arg(common::MOUNT).arg(&p.scratch);
+    let out = output(c, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("STDIO-OK"),
+        "{:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    p.fsck();
+}
+
 /// Compile tests/c/NAME.c and run it through a daemon on a fresh pool, with the mount
 /// prefix as its argument (and, with `real_dir`, a directory outside the pool as a second);
 /// it prints OK when every check passed.
