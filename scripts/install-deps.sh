@@ -7,8 +7,9 @@ set -euo pipefail
 # fuse3: FUSE mounts (fusermount3); sqlite3, git, fio, rocksdb-tools (db_bench), python3,
 # make, patch, nodejs: programs the FUSE and shim tests run (under CI a missing one fails
 # its test); gcc: the shim's C part (dprintf) and the shim's C test programs; strace: the
-# check that an exec with nothing to inherit skips its scan of /proc/self/fd.
-PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools python3 gcc make patch nodejs strace)
+# check that an exec with nothing to inherit skips its scan of /proc/self/fd; bsdextrautils:
+# colrm, which reads with glibc's wide-character functions.
+PACKAGES=(fuse3 sqlite3 git fio rocksdb-tools python3 gcc make patch nodejs strace bsdextrautils)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -1,12 +1,13 @@
-//! Compiles c/printf.c (dprintf and friends) and c/execl.c (execl and friends): variadic C
-//! functions, which stable Rust cannot define, into a static library linked into the shim, and links the shim with its calls to
+//! Compiles c/printf.c (dprintf and friends), c/execl.c (execl and friends) and c/wstdio.c
+//! (the fwprintf and fwscanf families): variadic C functions, which stable Rust cannot
+//! define, into a static library linked into the shim, and links the shim with its calls to
 //! its own functions bound to them. The C compiler is `$CC` or `cc`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    let sources = ["c/printf.c", "c/execl.c"];
+    let sources = ["c/printf.c", "c/execl.c", "c/wstdio.c"];
     println!("cargo:rerun-if-env-changed=CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let lib = out.join("libengram_preload_c.a");

@@ -7,9 +7,10 @@
 //! is opened in this process (`ENGRAM_POOL`, default the demo pool), exclusively.
 //!
 //! One module per call family: `open`, `io`, `stat`, `paths`, `attrs`, `cwd`, `dirs`,
-//! `fcntl`, `mmap`, `stdio`, `process`, `xfer`, `tempfiles`, `glob`, `ftw`, `exec`,
-//! `syscalls`; the descriptor table is `table` (its descriptions `openfile`, their lock
-//! files' descriptors `lockfds`), the operation guard fork waits for `opguard`, the
+//! `fcntl`, `mmap`, `stdio` (and `wide`, its wide-character functions), `process`, `xfer`,
+//! `tempfiles`, `glob`, `ftw`, `exec`, `dlopen`, `syscalls`; the descriptor table is `table`
+//! (its descriptions `openfile`, their lock files' descriptors `lockfds`, paths that name
+//! descriptors `magicfd`), the operation guard fork waits for `opguard`, the
 //! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
 //! programs under the shim (`engram run`).
 //!
@@ -59,6 +60,7 @@ pub mod tempfiles;
 pub mod util;
 pub mod vcwd;
 pub mod wait;
+pub mod wide;
 pub mod xfer;
 
 pub use engram_run::{find_library, run, socket_for};

@@ -9,7 +9,7 @@
 
 use libc::{
     DIR, FILE, c_char, c_int, c_long, c_uint, c_ulong, c_void, dirent64, iovec, mode_t, off_t,
-    pid_t, size_t, ssize_t, timespec,
+    pid_t, size_t, ssize_t, timespec, wchar_t,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -263,6 +263,29 @@ reals! {
     fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE;
     fn freopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
+    fn fwide(f: *mut FILE, mode: c_int) -> c_int;
+    fn perror(s: *const c_char) -> ();
+    fn fgetwc(f: *mut FILE) -> c_uint;
+    fn getwc(f: *mut FILE) -> c_uint;
+    fn fgetwc_unlocked(f: *mut FILE) -> c_uint;
+    fn getwc_unlocked(f: *mut FILE) -> c_uint;
+    fn __wuflow(f: *mut FILE) -> c_uint;
+    fn getwchar() -> c_uint;
+    fn getwchar_unlocked() -> c_uint;
+    fn fgetws(s: *mut wchar_t, n: c_int, f: *mut FILE) -> *mut wchar_t;
+    fn fgetws_unlocked(s: *mut wchar_t, n: c_int, f: *mut FILE) -> *mut wchar_t;
+    fn __fgetws_chk(s: *mut wchar_t, size: size_t, n: c_int, f: *mut FILE) -> *mut wchar_t;
+    fn __fgetws_unlocked_chk(s: *mut wchar_t, size: size_t, n: c_int, f: *mut FILE) -> *mut wchar_t;
+    fn ungetwc(c: c_uint, f: *mut FILE) -> c_uint;
+    fn fputwc(c: wchar_t, f: *mut FILE) -> c_uint;
+    fn putwc(c: wchar_t, f: *mut FILE) -> c_uint;
+    fn fputwc_unlocked(c: wchar_t, f: *mut FILE) -> c_uint;
+    fn putwc_unlocked(c: wchar_t, f: *mut FILE) -> c_uint;
+    fn __woverflow(f: *mut FILE, c: c_uint) -> c_uint;
+    fn putwchar(c: wchar_t) -> c_uint;
+    fn putwchar_unlocked(c: wchar_t) -> c_uint;
+    fn fputws(s: *const wchar_t, f: *mut FILE) -> c_int;
+    fn fputws_unlocked(s: *const wchar_t, f: *mut FILE) -> c_int;
     fn fork() -> pid_t;
     fn wait(status: *mut c_int) -> pid_t;
     fn waitpid(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t;

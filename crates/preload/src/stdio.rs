@@ -1,7 +1,9 @@
 //! stdio on EngramFS files: fopen/fdopen/freopen give streams made with fopencookie whose
 //! callbacks go through the shim's read/write/lseek/close (glibc's own FILE would call the
 //! kernel directly). stdin, stdout and stderr become such streams when their descriptor is
-//! ours at start-up (shell redirection) or after dup2 onto them.
+//! ours at start-up (shell redirection) or after dup2 onto them. They start unoriented, as
+//! glibc's fopen makes them, and `wide` serves the wide-character functions on them (glibc's
+//! own need wide-character data that a cookie stream lacks).
 
 use crate::util::{cbytes, guard};
 use crate::{open, real, routed, table};
@@ -52,6 +54,7 @@ unsafe extern "C" fn c_seek(cookie: *mut c_void, pos: *mut i64, whence: c_int) -
 }
 
 unsafe extern "C" fn c_close(cookie: *mut c_void) -> c_int {
+    crate::wide::unregister(fd_of(cookie));
     // SAFETY: closing the stream's descriptor through the shim.
     unsafe { open::close(fd_of(cookie)) }
 }
@@ -68,6 +71,8 @@ fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut FILE {
     let fp = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
     if !fp.is_null() {
         set_fileno(fp, fd);
+        crate::wide::unoriented(fp);
+        crate::wide::register(fd, fp);
     }
     fp
 }
@@ -79,7 +84,7 @@ fn set_fileno(fp: *mut FILE, fd: c_int) {
     // SAFETY: glibc's struct _IO_FILE on LP64 keeps _fileno at byte 112, after the flags
     // word and thirteen pointers.
     unsafe {
-        let p = (fp as *mut u8).add(112) as *mut c_int;
+        let p = (fp as *mut u8).add(crate::wide::FILENO_AT) as *mut c_int;
         if *p == -2 {
             *p = fd;
         }

@@ -68,8 +68,10 @@ fn programs_stored_in_the_pool_run() {
     p.fsck();
 }
 
-/// ftell of an "a" stream and fdopen's access checks give glibc's results on the same
-/// files in a real directory (tests/c/stdio.c compares them).
+/// Wide-character stdio on pool streams (fgetwc, fgetws, ungetwc, fwide, fputwc, fputws,
+/// fwprintf, fwscanf and their forms, also on a freopen'd stdin and stdout), perror on a
+/// freopen'd stderr, ftell of an "a" stream and fdopen's access checks give glibc's results
+/// on the same files in a real directory (tests/c/stdio.c compares them).
 #[test]
 fn stdio_on_pool_streams_gives_glibcs_results() {
     if !require("gcc", "gcc") {

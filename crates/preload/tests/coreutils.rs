@@ -135,6 +135,36 @@ $M/ren3/b"
     p.fsck();
 }
 
+/// rev and colrm read their input with glibc's wide-character functions (fgetws, getwc),
+/// from a pool file they open and from a pool file as standard input, and write a pool
+/// file as standard output: UTF-8 text comes out as from a real file.
+#[test]
+fn rev_and_colrm_read_wide_characters_from_the_pool() {
+    if !common::require("colrm", "bsdextrautils") {
+        return;
+    }
+    let p = Pool::new("wide", 64);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        export LC_ALL=C.UTF-8
+        printf 'a\nh\303\251llo w\303\266rld \342\202\254\nno newline' > $M/t
+        cp $M/t real.txt
+        rev $M/t
+        rev < $M/t > $M/rev.out
+        cmp $M/rev.out <(rev real.txt)
+        colrm 2 3 < $M/t > $M/colrm.out
+        cmp $M/colrm.out <(colrm 2 3 < real.txt)
+        cat $M/colrm.out
+        "#);
+    assert_eq!(
+        out,
+        "a\n\u{20ac} dlr\u{f6}w oll\u{e9}h\nenilwen on\
+         a\nhlo w\u{f6}rld \u{20ac}\nnnewline",
+        "{out}"
+    );
+    p.fsck();
+}
+
 /// git and `sed -i`: they make their files with mkstemp (which glibc serves with its own
 /// internal open) and git removes its lock files from exit handlers.
 #[test]
