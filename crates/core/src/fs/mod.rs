@@ -11,6 +11,7 @@ mod open;
 mod ops;
 mod path;
 mod readdir;
+mod reserve;
 
 pub use file::{File, OpenOptions};
 pub use metadata::Metadata;
@@ -34,8 +35,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Concurrent readers that can be pinned at once.
 const EPOCH_SLOTS: usize = 256;
-/// Pages asked for per reservation request (4 MiB).
-const RESERVE_BATCH: u64 = 1024;
 const IN_PROCESS_CLIENT: ClientId = 1;
 
 /// How to open a pool.
@@ -390,26 +389,6 @@ impl Fs {
         }
     }
 
-    /// A file was opened for writing (counted for `close_handle`).
-    pub(crate) fn writer_opened(&self) {
-        self.core.writers.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// With no file open for writing left, a daemon's client gives its reserved pages back
-    /// (posted): held by an idle process they were lost to every other, and a few dozen
-    /// processes that had each written a small file left a small pool with no free page.
-    fn give_back_reservation(&self, r: &crate::daemon::Remote) -> Result<()> {
-        let pages = {
-            let mut reserve = lock(&self.core.reserve);
-            // A file opened for writing since keeps them.
-            if self.core.writers.load(Ordering::Acquire) != 0 || reserve.is_empty() {
-                return Ok(());
-            }
-            std::mem::take(&mut *reserve)
-        };
-        r.post(&Request::Unreserve { pages })
-    }
-
     /// This process maps `target` shared (`on`), or gave one such mapping up. While any
     /// process maps a file, `mapped_anywhere` tells every process's writers so (the shim
     /// then writes their bytes into the mappings' backing file too). Giving up is posted.
@@ -503,66 +482,6 @@ impl Fs {
                 open,
             }),
         }?)
-    }
-
-    /// Give reserved pages back to the server.
-    fn flush_reservation(&self) -> Result<()> {
-        let pages = std::mem::take(&mut *lock(&self.core.reserve));
-        if !pages.is_empty() {
-            self.call(Request::Unreserve { pages })?;
-        }
-        Ok(())
-    }
-
-    /// `n` reserved pages into `out` (cleared first), ascending where the reservation allows.
-    pub(crate) fn take_pages(&self, n: usize, out: &mut Vec<u64>) -> Result<()> {
-        out.clear();
-        let mut r = lock(&self.core.reserve);
-        while r.len() < n {
-            let want = (n - r.len()) as u64;
-            match self.call(Request::Reserve {
-                pages: want.max(RESERVE_BATCH),
-            }) {
-                Ok(Response::Pages(mut p)) => {
-                    self.prefault_pages(&p);
-                    // Stored reversed so that pop() hands out ascending runs.
-                    p.reverse();
-                    p.append(&mut r);
-                    *r = p;
-                }
-                Ok(_) => return Err(Error::EIO),
-                Err(e) => return Err(e),
-            }
-        }
-        let at = r.len() - n;
-        out.extend(r.drain(at..).rev());
-        Ok(())
-    }
-
-    /// Fault freshly reserved pages in ahead of the writes that will fill them, one run of
-    /// consecutive pages at a time (a first store to each would otherwise fault). A lone
-    /// page is left to its fault: the call costs what the fault does, and a page this
-    /// process wrote before (a deleted journal's, say) is still mapped and would not fault
-    /// at all. Once the free space is fragmented, a reservation is mostly lone pages
-    /// (SQLite with several processes: about 120 calls per reservation).
-    fn prefault_pages(&self, pages: &[u64]) {
-        let page = crate::layout::PAGE;
-        let mut i = 0;
-        while i < pages.len() {
-            let mut j = i + 1;
-            while j < pages.len() && pages[j] == pages[j - 1] + page {
-                j += 1;
-            }
-            if j - i > 1 {
-                self.core.pool.prefault(pages[i], (j - i) as u64 * page);
-            }
-            i = j;
-        }
-    }
-
-    /// Return pages that were taken but not committed.
-    pub(crate) fn untake_pages(&self, pages: impl DoubleEndedIterator<Item = u64>) {
-        lock(&self.core.reserve).extend(pages.rev());
     }
 
     /// Whether other processes write this pool too (through the daemon).
