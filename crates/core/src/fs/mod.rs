@@ -30,7 +30,7 @@ use crate::request::{Handle, Request, Response, WriteCheck};
 use crate::server::{ClientId, FsckReport, Server, Shared};
 use engram_pmem::{Media, Pool};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Concurrent readers that can be pinned at once.
@@ -79,6 +79,9 @@ pub(crate) struct Core {
     /// Files of this process open for writing: when the last closes, a daemon's client
     /// gives its reserved pages back (`close_handle`).
     writers: AtomicUsize,
+    /// The server's last reservation answer gave fewer pages than asked: free pages are
+    /// short, and an idle client's reservation is given back (`give_back_reservation`).
+    tight: AtomicBool,
     locks: Mutex<FastMap<u64, Arc<RangeLock>>>,
     info: MountInfo,
 }
@@ -189,6 +192,7 @@ impl Fs {
                 transport: Transport::InProcess(Box::new(Mutex::new(server))),
                 reserve: Mutex::new(Vec::new()),
                 writers: AtomicUsize::new(0),
+                tight: AtomicBool::new(false),
                 locks: Mutex::new(FastMap::default()),
                 info,
             }),
@@ -248,6 +252,7 @@ impl Fs {
                 transport: Transport::Remote(remote),
                 reserve: Mutex::new(Vec::new()),
                 writers: AtomicUsize::new(0),
+                tight: AtomicBool::new(false),
                 locks: Mutex::new(FastMap::default()),
                 info,
             }),
