@@ -99,17 +99,24 @@ impl From<Error> for io::Error {
     }
 }
 
-/// The errno an io::Error stands for (by its kind when it carries no OS code).
 /// EBUSY for a pool whose exclusive lock `Pool::try_lock_exclusive` could not take: in use
 /// by another process, or still mapped by a client of a daemon that has stopped.
 pub fn pool_busy(path: &std::path::Path, e: &io::Error) -> Error {
     let why = match e.kind() {
         io::ErrorKind::WouldBlock => "is in use by another process".to_string(),
-        _ => e.to_string().replacen("pool is", "is", 1),
+        io::ErrorKind::ResourceBusy => e.to_string().replacen("pool is", "is", 1),
+        // Any other failure of the locks (ENOLCK, say) keeps its own errno.
+        _ => {
+            return Error::with_msg(
+                io_errno(e),
+                format!("cannot lock pool {}: {e}", path.display()),
+            );
+        }
     };
     Error::with_msg(libc::EBUSY, format!("pool {} {why}", path.display()))
 }
 
+/// The errno an io::Error stands for (by its kind when it carries no OS code).
 pub fn io_errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(match e.kind() {
         io::ErrorKind::NotFound => libc::ENOENT,

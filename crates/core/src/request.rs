@@ -46,6 +46,9 @@ pub struct WriteCheck {
     pub in_place: Vec<(u64, u64)>,
 }
 
+/// Most pages one `Reserve` request is answered with.
+pub const MAX_RESERVE: u64 = 4096;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Create a regular file (or return the existing entry unless `excl`). With `open`,

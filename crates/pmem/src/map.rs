@@ -217,15 +217,32 @@ pub(crate) fn map_anonymous(len: usize) -> io::Result<Mapping> {
 /// the file system can so that a full tmpfs or disk is reported here rather
 /// than as SIGBUS on first touch.
 pub(crate) fn allocate(file: &File, size: u64) -> io::Result<()> {
+    match fallocate(file, 0, size) {
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => file.set_len(size),
+        r => r,
+    }
+}
+
+/// Take `size` bytes of space for `file` without changing its size or content
+/// (`FALLOC_FL_KEEP_SIZE`), to learn before anything is lost that the file system holds
+/// them. Where the file system cannot, there is nothing to learn: Ok.
+pub(crate) fn reserve_space(file: &File, size: u64) -> io::Result<()> {
+    match fallocate(file, libc::FALLOC_FL_KEEP_SIZE, size) {
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+        r => r,
+    }
+}
+
+/// `fallocate(mode, 0, size)`, its ENOSPC said in words.
+fn fallocate(file: &File, mode: libc::c_int, size: u64) -> io::Result<()> {
     let len = libc::off_t::try_from(size)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pool size too large"))?;
     // SAFETY: plain system call on an open descriptor.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+    if unsafe { libc::fallocate(file.as_raw_fd(), mode, 0, len) } == 0 {
         return Ok(());
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) => file.set_len(size),
         Some(libc::ENOSPC) => Err(io::Error::new(
             io::ErrorKind::StorageFull,
             format!("not enough free space for a pool of {size} bytes"),

@@ -20,7 +20,8 @@ use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const DESC_BYTES: usize = 8192;
-pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD02");
+/// Its last bytes are the layout's version (03: the offset lock, a pthread mutex).
+pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD03");
 pub const MEMFD_PREFIX: &[u8] = b"/memfd:engram-fd";
 const MEMFD_NAME: &[u8] = b"engram-fd\0";
 
@@ -38,7 +39,7 @@ pub struct DescState {
     /// none); written just before exec by the process that execs (`table::pass_lock_fds`).
     pub lock_fd: AtomicI32,
     /// The offset lock between the processes sharing the description (`poslock`).
-    pub pos_lock: AtomicU32,
+    pub pos_lock: crate::poslock::PosLock,
     /// The pool the lock file is named after (`sidefiles::pool_id`), with `lock_fd`.
     pub lock_pool: AtomicU64,
 }
@@ -62,7 +63,7 @@ pub fn private(ino: u64, generation: u32, flags: u32, is_dir: bool) -> DescState
         is_dir: is_dir as u32,
         path_len: 0,
         lock_fd: AtomicI32::new(-1),
-        pos_lock: AtomicU32::new(0),
+        pos_lock: crate::poslock::PosLock::unused(),
         lock_pool: AtomicU64::new(0),
     }
 }
@@ -276,6 +277,7 @@ pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)
         st.path_len = n as u32;
         st.lock_fd = AtomicI32::new(-1);
         st.lock_pool = AtomicU64::new(0);
+        crate::poslock::PosLock::init(&mut st.pos_lock);
         std::ptr::write_volatile(&mut st.magic, DESC_MAGIC);
     }
     Ok((fd, page))

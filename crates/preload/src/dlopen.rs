@@ -89,6 +89,9 @@ extern "C" fn file_for_loader(file: *const c_char) -> *const c_char {
 /// The `/proc/self/fd/N` path of the copy of the pool library at `path`, made now unless
 /// this version of it was copied before.
 fn copy_of(path: &CStr) -> Res<*const c_char> {
+    // Under the operation guard, as every call of the shim: a fork waits, so no child starts
+    // with the copies' lock held by a thread it does not have.
+    let _op = crate::session::op();
     // SAFETY: the shim's own open of a pool path.
     let fd = unsafe { crate::open::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
     if fd < 0 {
@@ -120,9 +123,9 @@ fn copy_open(fd: c_int) -> Res<*const c_char> {
     if let Some((_, p)) = copies.iter().find(|(v, _)| *v == version) {
         return Ok(p.as_ptr());
     }
-    let memfd = crate::exec::copy_to_memfd(fd, c"engram-lib", true)?;
-    // Kept from the program's closefrom and close_range, as the shim's other descriptors.
-    crate::ownfds::own(memfd);
+    // Above the program's numbers, and kept from its closefrom and close_range, as the
+    // shim's other descriptors.
+    let memfd = crate::util::move_high(crate::exec::copy_to_memfd(fd, c"engram-lib", true)?);
     let p = CString::new(format!("/proc/self/fd/{memfd}")).expect("digits");
     let ptr = p.as_ptr();
     // The CString's buffer does not move when the vector grows.

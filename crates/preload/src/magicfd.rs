@@ -45,10 +45,12 @@ pub fn parse(p: &[u8]) -> Option<(c_int, &[u8], Via)> {
         let r = p.strip_prefix(b"/proc/")?;
         let slash = r.iter().position(|&b| b == b'/')?;
         let (who, r) = (&r[..slash], &r[slash..]);
+        // `/fd/` first: a tool reading /proc/<pid>/stat of every process pays no getpid.
+        let r = r.strip_prefix(b"/fd/")?;
         if who != b"self" && who != b"thread-self" && !is_own_pid(who) {
             return None;
         }
-        r.strip_prefix(b"/fd/")?
+        r
     };
     let digits = after.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || digits > 9 || (digits > 1 && after[0] == b'0') {

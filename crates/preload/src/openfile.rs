@@ -127,9 +127,7 @@ impl OpenFile {
     /// it (Linux's `f_pos_lock`).
     pub fn lock_offset(&self) -> OffsetGuard<'_> {
         let local = self.pos.lock().unwrap_or_else(|e| e.into_inner());
-        let shared = self
-            .is_published()
-            .then(|| crate::poslock::lock(&self.desc().pos_lock));
+        let shared = self.is_published().then(|| self.desc().pos_lock.lock());
         OffsetGuard {
             _shared: shared,
             _local: local,

@@ -91,7 +91,11 @@ fn desc_side(fd: c_int, orig: &[u8], follow: bool) -> Res<Side> {
     let fs = session::fs()?;
     let h = of.handle();
     let path = of.path().to_vec();
-    if fs.lstat(&path).is_ok_and(|m| m.ino == h.ino) {
+    // The same inode number and generation: not a file made since at a freed number.
+    if fs
+        .lstat(&path)
+        .is_ok_and(|m| m.ino == h.ino && fs.handle_of(m.ino).is_ok_and(|now| now == h))
+    {
         return Ok(Side::Pool(fs, path));
     }
     if of.is_dir() {

@@ -4,135 +4,126 @@
 //! across every process sharing it, so that the children of `make -j >log` or
 //! `xargs -P4 ... >out`, writing through one inherited descriptor, each write their own
 //! range of the file. Within a process the description's mutex does that (`OpenFile::pos`);
-//! between processes, this word in the description's memfd page does.
+//! between processes, this lock in the description's memfd page does.
 //!
-//! The word is 0 when free, else the holder's process id, with `WAITERS` set once a process
-//! sleeps on it (a shared futex: the page is mapped by every holder). A process killed while
-//! it holds the lock leaves its id behind: a waiter whose sleep times out looks the holder
-//! up and takes the lock over once no such live process is left.
+//! It is a process-shared *robust* pthread mutex: a holder that dies in the middle of a call
+//! (killed, or a thread ended by another thread's `exec`) is noticed by the kernel, whatever
+//! pid namespace the waiters live in, and the next taker gets the lock with `EOWNERDEAD`.
+//! Nothing is half-done in the file then (each write commits whole); only the dead holder's
+//! offset update may be missing.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::cell::UnsafeCell;
 
-const WAITERS: u32 = 1 << 31;
-/// How long a waiter sleeps before it checks that the holder still lives.
-const CHECK_EVERY: Duration = Duration::from_millis(20);
-const SPINS: u32 = 200;
+/// The lock as it lies in the description's page.
+#[repr(C)]
+pub struct PosLock(UnsafeCell<libc::pthread_mutex_t>);
 
-/// The lock, held until dropped.
-pub struct Held<'a>(&'a AtomicU32);
+/// The lock, held until dropped (None: the mutex could not be taken, see `lock`).
+pub struct Held<'a>(Option<&'a PosLock>);
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if self.0.swap(0, Ordering::Release) & WAITERS != 0 {
-            wake(self.0);
+        if let Some(l) = self.0 {
+            // SAFETY: this thread locked the mutex in `lock`.
+            unsafe { libc::pthread_mutex_unlock(l.0.get()) };
         }
     }
 }
 
-/// Take the lock in `word` for this process.
-pub fn lock(word: &AtomicU32) -> Held<'_> {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() } as u32 & !WAITERS;
-    // A process that has slept takes the lock with WAITERS set: others may still sleep.
-    let mut mine = me;
-    let mut spins = 0;
-    loop {
-        let cur = match word.compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => return Held(word),
-            Err(cur) => cur,
-        };
-        if spins < SPINS {
-            spins += 1;
-            std::hint::spin_loop();
-            continue;
+impl PosLock {
+    /// A lock for a description that is not published (never taken; all zeros is a valid
+    /// glibc mutex).
+    pub fn unused() -> PosLock {
+        // SAFETY: an all-zero pthread_mutex_t is PTHREAD_MUTEX_INITIALIZER on glibc.
+        PosLock(UnsafeCell::new(unsafe { std::mem::zeroed() }))
+    }
+
+    /// Make `this`, in a fresh page no other process maps yet, a process-shared robust
+    /// mutex.
+    ///
+    /// # Safety
+    /// `this` points to writable memory for a `PosLock` that nothing else uses yet.
+    pub unsafe fn init(this: *mut PosLock) {
+        // SAFETY: a local attribute object, initialised, used once and destroyed; the
+        // mutex is the caller's fresh memory.
+        unsafe {
+            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut attr);
+            libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+            libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+            libc::pthread_mutex_init((*this).0.get(), &attr);
+            libc::pthread_mutexattr_destroy(&mut attr);
         }
-        let holder = cur & !WAITERS;
-        if cur & WAITERS == 0
-            && word
-                .compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            continue;
-        }
-        mine = me | WAITERS;
-        if !sleep(word, cur | WAITERS) && !alive(holder) {
-            // Its holder died in the middle of a call: nothing it did is half-done in the
-            // file (each write commits whole), only its offset update may be missing.
-            if word
-                .compare_exchange(cur | WAITERS, mine, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Held(word);
+    }
+
+    /// Take the lock. A holder that died leaves it to us (made consistent again). Should the
+    /// mutex be unusable (a page written by a foreign build), the call goes on unlocked, as
+    /// before this lock existed, rather than failing or waiting for ever.
+    pub fn lock(&self) -> Held<'_> {
+        // SAFETY: the mutex lives in a mapped page for as long as `self` does.
+        match unsafe { libc::pthread_mutex_lock(self.0.get()) } {
+            0 => Held(Some(self)),
+            libc::EOWNERDEAD => {
+                // SAFETY: we hold the mutex, and mark it usable again.
+                unsafe { libc::pthread_mutex_consistent(self.0.get()) };
+                Held(Some(self))
             }
+            _ => Held(None),
         }
     }
-}
-
-/// Sleep while `word` holds `expected`; false when the sleep timed out.
-fn sleep(word: &AtomicU32, expected: u32) -> bool {
-    let ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: CHECK_EVERY.as_nanos() as libc::c_long,
-    };
-    // SAFETY: a shared FUTEX_WAIT on a valid, aligned u32 with a valid timespec.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        )
-    };
-    !(r != 0 && crate::util::errno() == libc::ETIMEDOUT)
-}
-
-fn wake(word: &AtomicU32) {
-    // SAFETY: a shared FUTEX_WAKE on a valid, aligned u32.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-    }
-}
-
-/// Whether process `pid` still runs: it exists and is not a zombie (killed, not yet
-/// reaped, its lock is as good as released).
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": the state follows the last ')' (comm may hold any byte).
-    let state = stat
-        .iter()
-        .rposition(|&b| b == b')')
-        .and_then(|i| stat.get(i + 2));
-    !matches!(state, Some(b'Z' | b'X') | None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_lock_excludes_and_passes_on() {
-        let word = AtomicU32::new(0);
-        let held = lock(&word);
-        assert_eq!(word.load(Ordering::Relaxed), std::process::id());
-        drop(held);
-        assert_eq!(word.load(Ordering::Relaxed), 0);
+    fn shared_lock() -> &'static PosLock {
+        // SAFETY: a fresh shared anonymous page, kept for the test's life.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            PosLock::init(p.cast());
+            &*(p as *const PosLock)
+        }
     }
 
     #[test]
-    fn a_dead_holder_lock_is_taken_over() {
-        // A process that exits at once: its pid names no live process once reaped.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        let word = AtomicU32::new(pid);
-        let held = lock(&word);
-        assert_eq!(word.load(Ordering::Relaxed) & !WAITERS, std::process::id());
+    fn the_lock_excludes_and_passes_on() {
+        let l = shared_lock();
+        let held = l.lock();
+        assert!(held.0.is_some());
+        // SAFETY: probing the mutex this thread holds.
+        assert_eq!(
+            unsafe { libc::pthread_mutex_trylock(l.0.get()) },
+            libc::EBUSY
+        );
         drop(held);
-        assert_eq!(word.load(Ordering::Relaxed), 0);
-        assert!(alive(std::process::id()));
+        drop(l.lock());
+    }
+
+    #[test]
+    fn a_holder_that_died_leaves_the_lock_to_the_next() {
+        let l = shared_lock();
+        // SAFETY: the child only takes the lock and exits without releasing it.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            std::mem::forget(l.lock());
+            // SAFETY: leaving the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let held = l.lock();
+        assert!(held.0.is_some());
+        drop(held);
+        drop(l.lock());
     }
 }

@@ -181,6 +181,10 @@ impl File {
             Offset::Shared(s) => s.clone(),
         };
         *own = Offset::Shared(shared.clone());
+        if self.opts.write {
+            // Counted as a writer as much as the original (its drop is a writer's close).
+            self.fs.writer_opened();
+        }
         Ok(File {
             fs: self.fs.clone(),
             handle: self.handle,

@@ -54,9 +54,11 @@ impl Fs {
             let asked = want.max(RESERVE_BATCH);
             match self.call(Request::Reserve { pages: asked }) {
                 Ok(Response::Pages(mut p)) => {
+                    // Short of what the server hands out at most: free pages are short.
+                    let most = asked.min(crate::request::MAX_RESERVE);
                     self.core
                         .tight
-                        .store((p.len() as u64) < asked, Ordering::Relaxed);
+                        .store((p.len() as u64) < most, Ordering::Relaxed);
                     self.prefault_pages(&p);
                     // Stored reversed so that pop() hands out ascending runs.
                     p.reverse();

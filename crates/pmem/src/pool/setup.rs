@@ -58,11 +58,16 @@ fn client_lock(file: &File, kind: libc::c_int, wait: bool) -> io::Result<()> {
     } else {
         libc::F_OFD_SETLK
     };
-    // SAFETY: fcntl on a descriptor owned by `file` with a local struct flock.
-    if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut l) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+    loop {
+        // SAFETY: fcntl on a descriptor owned by `file` with a local struct flock.
+        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut l) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        // A signal during the wait: wait again (the exclusive check is momentary).
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
     }
 }
 
@@ -133,9 +138,10 @@ impl Pool {
         let (backing, device_size) = device::probe(&file, &meta, path)?;
         lock_exclusive(&file).map_err(|e| with_path(e, "cannot create pool file", path))?;
         let sized = if !backing.is_device() {
-            // The space is taken before the old content goes: a size the file system cannot
-            // hold leaves an existing pool as it was.
-            map::allocate(&file, size)
+            // The space is taken before the old content goes, without moving the file's end
+            // (ext4 keeps the blocks and the size of a fallocate that ran out of space): a
+            // size the file system cannot hold leaves an existing pool as it was.
+            map::reserve_space(&file, size)
                 .and_then(|()| file.set_len(0))
                 .and_then(|()| map::allocate(&file, size))
         } else if size > device_size {
@@ -250,9 +256,6 @@ impl Pool {
         self.map.ptr()
     }
 
-    /// Take an exclusive `flock` on the backing file without blocking. Fails
-    /// with `WouldBlock` ("pool is in use by another process") if another open
-    /// of the file holds a lock. Always succeeds for anonymous pools.
     /// The device and inode of the backing file (None for anonymous memory).
     pub fn file_identity(&self) -> Option<(u64, u64)> {
         use std::os::unix::fs::MetadataExt;
@@ -260,6 +263,9 @@ impl Pool {
         Some((m.dev(), m.ino()))
     }
 
+    /// Take an exclusive `flock` on the backing file without blocking. Fails
+    /// with `WouldBlock` ("pool is in use by another process") if another open
+    /// of the file holds a lock. Always succeeds for anonymous pools.
     ///
     /// It also fails, with `ResourceBusy`, while a process that was a client of an earlier
     /// holder (a daemon that has stopped or died) still maps the pool (`hold_as_client`):

@@ -20,8 +20,6 @@ pub(in crate::server) struct Scratch {
     items: Vec<Item>,
 }
 
-/// Most pages one reservation request hands out.
-const MAX_RESERVE: u64 = 4096;
 /// At most this fraction of the free pages goes to one reservation (a client that needs
 /// more asks again).
 const RESERVE_SHARE: u64 = 16;
@@ -32,7 +30,7 @@ impl Server {
         // holds are lost to the others until it writes or goes, and a small pool shared by
         // a few dozen processes ran out of space while nearly empty.
         let share = (self.alloc.data.free() / RESERVE_SHARE).max(1);
-        let want = want.clamp(1, MAX_RESERVE).min(share);
+        let want = want.clamp(1, crate::request::MAX_RESERVE).min(share);
         let mut pages = Vec::new();
         loop {
             self.alloc.alloc_data_pages(want, &mut pages);
