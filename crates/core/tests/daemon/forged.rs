@@ -376,3 +376,68 @@ pub fn nobody_may_not_write(fs: &Fs) -> bool {
         && errno(fall) == Some(libc::EBADF)
         && errno(commit) == Some(libc::EBADF)
 }
+
+/// The daemon's log gets a line for a forged request, none for a call's ordinary answers
+/// (an existing name, a missing one): a `mkdir -p` loop made a line per call.
+#[test]
+fn the_log_records_forged_requests_not_ordinary_answers() {
+    let dir = std::env::temp_dir();
+    let pool = std::path::PathBuf::from(format!(
+        "/dev/shm/engram-daemon-{}-quietlog.pool",
+        std::process::id()
+    ));
+    let socket = dir.join(format!(
+        "engram-daemon-{}-quietlog.sock",
+        std::process::id()
+    ));
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = std::sync::Arc::new(engram_core::daemon::Stop::new());
+    let served = {
+        let (pool, socket, stop, lines) =
+            (pool.clone(), socket.clone(), stop.clone(), lines.clone());
+        std::thread::spawn(move || {
+            let opts = engram_core::daemon::ServeOptions {
+                socket,
+                idle_exit: None,
+                log_clients: false,
+            };
+            engram_core::daemon::serve_until(&pool, &opts, &stop, &|l| {
+                lines.lock().unwrap().push(l.to_string())
+            })
+        })
+    };
+    while Fs::connect(&socket).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let fs = Fs::connect(&socket).unwrap();
+    fs.mkdir("/d", 0o755).unwrap();
+    for _ in 0..50 {
+        assert_eq!(fs.mkdir("/d", 0o755).unwrap_err().errno(), libc::EEXIST);
+        assert_eq!(fs.unlink("/missing").unwrap_err().errno(), libc::ENOENT);
+    }
+    // A close for writing of a file this client does not hold open for writing: EBADF.
+    fs.write_file("/f", b"x").unwrap();
+    let f = fs.handle_of(fs.stat("/f").unwrap().ino).unwrap();
+    let r = send(
+        &fs,
+        &Request::Close {
+            target: f,
+            write: true,
+        },
+    );
+    assert_eq!(r.unwrap_err().errno(), libc::EBADF);
+    drop(fs);
+    stop.stop();
+    served.join().unwrap().unwrap();
+    let failed: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("failed"))
+        .cloned()
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].contains("close failed"), "{failed:?}");
+    let _ = std::fs::remove_file(&pool);
+}
