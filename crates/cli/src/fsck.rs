@@ -46,6 +46,9 @@ pub fn run(a: &Args) -> Result<()> {
     for p in &m.problems {
         out!("  recovery noticed: {p}");
     }
+    for p in &m.repaired {
+        out!("  set right: {p}");
+    }
     let mut r = fs
         .fsck(a.repair)
         .context(format_args!("fsck of {shown} failed"))?;

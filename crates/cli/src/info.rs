@@ -51,6 +51,9 @@ pub fn run(a: &Args) -> Result<()> {
     for p in &m.problems {
         out!("           recovery noticed: {p}");
     }
+    for p in &m.repaired {
+        out!("           set right: {p}");
+    }
     out!("geometry:");
     out!(
         "  pool size:       {} ({} bytes)",

@@ -244,6 +244,12 @@ impl Superblock {
 
     /// Read both copies and return the newest valid one, or say why the pool is unusable.
     pub fn load(pool: &Pool) -> Result<Superblock> {
+        Superblock::load_noting_damage(pool).map(|(sb, _)| sb)
+    }
+
+    /// `load`, and what is wrong with a copy that does not validate while the other does
+    /// (a torn update at a crash, or damage): "copy 0: bad checksum".
+    pub fn load_noting_damage(pool: &Pool) -> Result<(Superblock, Vec<String>)> {
         if pool.len() < 2 * PAGE {
             return Err(Error::corrupt(format!(
                 "pool file is only {} bytes: not an EngramFS pool",
@@ -285,7 +291,7 @@ impl Superblock {
                 pool.len()
             )));
         }
-        Ok(sb)
+        Ok((sb, errors))
     }
 
     /// Persist a new version: copy A, then copy B, each persisted before the next, so that a

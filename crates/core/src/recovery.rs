@@ -21,10 +21,24 @@ pub struct Mounted {
     pub orphans_freed: u64,
     /// Inconsistencies seen by the recovery walk (fsck tells more).
     pub problems: Vec<String>,
+    /// What the open set right that is no inconsistency: a superblock copy that did not
+    /// validate (torn by a crash during its update, or damaged) and was written again.
+    pub repaired: Vec<String>,
 }
 
 pub fn mount(pool: &Pool) -> Result<Mounted> {
-    let sb = Superblock::load(pool)?;
+    let (mut sb, damaged) = Superblock::load_noting_damage(pool)?;
+    let mut noticed = Vec::new();
+    if !damaged.is_empty() {
+        // Both copies written again from the valid one, so that one copy can again fail.
+        sb.store(pool);
+        pool.sync_point().map_err(|e| {
+            Error::with_msg(libc::EIO, format!("cannot write the superblock back: {e}"))
+        })?;
+        for d in damaged {
+            noticed.push(format!("superblock {d}; written again from the other copy"));
+        }
+    }
     let geo = sb.geometry;
     let head = LogHead {
         head: sb.log_head,
@@ -39,6 +53,7 @@ pub fn mount(pool: &Pool) -> Result<Mounted> {
             replayed: 0,
             orphans_freed: 0,
             problems: Vec::new(),
+            repaired: noticed,
         });
     }
     let replayed = oplog::replay(pool, &geo, head)?;
@@ -69,5 +84,6 @@ pub fn mount(pool: &Pool) -> Result<Mounted> {
         replayed: replayed.records,
         orphans_freed: orphans,
         problems: census.problems,
+        repaired: noticed,
     })
 }

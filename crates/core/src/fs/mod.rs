@@ -57,6 +57,8 @@ pub struct MountInfo {
     pub replayed: u64,
     pub orphans_freed: u64,
     pub problems: Vec<String>,
+    /// What the open set right that is no inconsistency (`recovery::Mounted::repaired`).
+    pub repaired: Vec<String>,
     pub geometry: Geometry,
     /// The number naming the pool's side files (`sidefiles::pool_id` of its canonical
     /// path), for a pool opened by its path or through a daemon.
@@ -180,6 +182,7 @@ impl Fs {
             replayed: m.replayed,
             orphans_freed: m.orphans_freed,
             problems: m.problems,
+            repaired: m.repaired,
             geometry: geo,
             side_files,
         };
@@ -241,6 +244,7 @@ impl Fs {
             replayed: 0,
             orphans_freed: 0,
             problems: Vec::new(),
+            repaired: Vec::new(),
             geometry: geo,
             side_files: Some(crate::sidefiles::pool_id(Path::new(&path))),
         };
