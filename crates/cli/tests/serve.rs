@@ -64,8 +64,20 @@ fn serve_shares_the_pool_and_stops_cleanly_on_sigterm() {
         .open_file("/gone", &engram_core::OpenOptions::new().read(true))
         .unwrap();
     c.unlink("/gone").unwrap();
-    // A request the server refuses is logged, once.
+    // A call's ordinary answer is not logged; a request that points at a client's mistake
+    // (a close for writing of a file it does not hold open for writing) is, once.
     assert!(c.mkdir("/kept", 0o755).is_err());
+    let kept = c.handle_of(c.stat("/kept").unwrap().ino).unwrap();
+    let mut w = engram_core::wire::Writer::default();
+    engram_core::wire::encode_request(
+        &engram_core::request::Request::Close {
+            target: kept,
+            write: true,
+        },
+        &mut w,
+    );
+    let reply = c.remote().unwrap().call_raw(&w.0).unwrap();
+    assert!(engram_core::wire::decode_reply(&reply).is_err());
     signal(&daemon, libc::SIGINT);
     let out = daemon.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -76,7 +88,7 @@ fn serve_shares_the_pool_and_stops_cleanly_on_sigterm() {
     assert_eq!(failed.len(), 1, "{log}");
     assert!(
         failed[0].starts_with(&format!(
-            "engram serve: client {}: mkdir failed: errno 17",
+            "engram serve: client {}: close failed: errno 9",
             on[1]
         )),
         "{log}"
