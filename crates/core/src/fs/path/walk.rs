@@ -400,10 +400,12 @@ impl Fs {
         }
         let _pin = self.core.shared.epochs.pin();
         let mut buf: Cow<[u8]> = Cow::Borrowed(path);
-        let mut cur = match base {
+        let start = match base {
             Some(h) if path[0] != b'/' => At::of(h),
             _ => At::ROOT,
         };
+        let links_before = *links;
+        let mut cur = start;
         // The directory holding `cur` (where a relative symlink's target starts) and the
         // component looked up there, to redo the lookup if `cur` turns out stale.
         let mut from: Option<(At, Range<usize>)> = None;
@@ -506,6 +508,16 @@ impl Fs {
                         "directory {} names inode {}, which is free",
                         dir.ino, cur.ino
                     )));
+                }
+                if dir.ino == cur.ino {
+                    // The directory to look the name up again in is itself gone (replaced by
+                    // a rename while the walk was inside it): walk the whole path again.
+                    buf = Cow::Borrowed(path);
+                    *links = links_before;
+                    from = None;
+                    cur = start;
+                    pos = 0;
+                    continue;
                 }
                 cur = dir;
                 pos = c.start;
