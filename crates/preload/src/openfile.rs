@@ -76,6 +76,11 @@ impl OpenFile {
         if self.is_published() {
             return Ok(());
         }
+        // A read or write in flight in another thread holds the offset with this process's
+        // mutex alone: it finishes (and stores its offset) before the state is copied and
+        // other processes can share it. (Callers hold the table's write lock; nothing takes
+        // the table's lock under this mutex.)
+        let _pos = self.pos.lock().unwrap_or_else(|e| e.into_inner());
         let (memfd, page) = desc::publish(self.desc(), &self.path)?;
         for &fd in fds {
             desc::replace(memfd, fd);
