@@ -82,6 +82,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let os = io::Error::from_raw_os_error(self.errno);
         match &self.msg {
+            // A message that already ends with the system's words for its error (an
+            // io::Error's text) does not say them twice.
+            Some(m) if m.ends_with(&format!("(os error {})", self.errno)) => write!(f, "{m}"),
             Some(m) => write!(f, "{m} ({os})"),
             None => write!(f, "{os}"),
         }
@@ -132,5 +135,25 @@ pub fn io_errno(e: &io::Error) -> i32 {
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Error {
         Error::with_msg(io_errno(&e), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_words_for_an_error_are_said_once() {
+        let io = io::Error::from_raw_os_error(libc::ENOENT);
+        let e = Error::with_msg(libc::ENOENT, format!("cannot create pool file /x/p: {io}"));
+        assert_eq!(
+            e.to_string(),
+            "cannot create pool file /x/p: No such file or directory (os error 2)"
+        );
+        let e = Error::with_msg(libc::EBUSY, "pool p is in use");
+        assert_eq!(
+            e.to_string(),
+            "pool p is in use (Device or resource busy (os error 16))"
+        );
     }
 }
