@@ -124,7 +124,7 @@ pub fn staying<T>(f: impl FnOnce(&Fs) -> engram_core::Result<T>) -> Res<Option<T
     match f(session::fs_inside()?) {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.leaves_pool() => Ok(None),
-        Err(e) => Err(e.errno()),
+        Err(e) => Err(crate::util::en(e)),
     }
 }
 
@@ -138,7 +138,7 @@ pub fn real_ret<T: PartialEq + From<i8>>(v: T) -> Res<T> {
 }
 
 pub fn ok<T>(r: engram_core::Result<T>) -> Res<c_int> {
-    r.map(|_| 0).map_err(|e| e.errno())
+    r.map(|_| 0).map_err(crate::util::en)
 }
 
 /// The process's umask as the shim last saw it set (`u32::MAX`: not read yet).

@@ -91,7 +91,7 @@ pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
     let follow = follow || trailing;
     let root = fs
         .handle_of(engram_core::layout::ROOT_INO)
-        .map_err(|e| e.errno())?;
+        .map_err(crate::util::en)?;
     // What is left to walk: the caller's path until a symlink replaces it.
     let mut rest: Cow<[u8]> = Cow::Borrowed(raw);
     let mut pos = 0;
@@ -135,7 +135,7 @@ pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
                 match fs.lookup_in(cur, c) {
                     Ok(f) => Some(f),
                     Err(e) if e.errno() == libc::ENOENT => None,
-                    Err(e) => return Err(e.errno()),
+                    Err(e) => return Err(crate::util::en(e)),
                 }
             } else {
                 None
@@ -147,14 +147,14 @@ pub fn walk(fs: &Fs, raw: &[u8], follow: bool, look_last: bool) -> Res<Walk> {
             Err(e) if e.errno() == libc::ENOENT && last => {
                 return inside(finish(out, Some(c), trailing), None);
             }
-            Err(e) => return Err(e.errno()),
+            Err(e) => return Err(crate::util::en(e)),
         };
         if m.is_symlink() {
             links += 1;
             if links > MAX_SYMLINKS {
                 return Err(libc::ELOOP);
             }
-            let target = fs.readlink_handle(h).map_err(|e| e.errno())?;
+            let target = fs.readlink_handle(h).map_err(crate::util::en)?;
             let mut next = if target.first() == Some(&b'/') {
                 match strip_mount(&target) {
                     Some(inner) => {

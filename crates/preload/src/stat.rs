@@ -121,7 +121,7 @@ pub fn stat_routed<T>(
                 Err(p) => real(&p),
             }
         }
-        Err(e) => Err(e.errno()),
+        Err(e) => Err(crate::util::en(e)),
     }
 }
 

@@ -47,7 +47,23 @@ pub fn guard_errno(f: impl FnOnce() -> Res<()>) -> c_int {
 
 /// The errno of an EngramFS error.
 pub fn en(e: engram_core::Error) -> c_int {
+    if e.errno() == libc::EIO {
+        said_daemon_gone(&e);
+    }
     e.errno()
+}
+
+/// The first time a call fails because the daemon has gone, say so once on stderr: the
+/// program sees only EIO, for every call under the prefix from then on.
+#[cold]
+fn said_daemon_gone(e: &engram_core::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if e.is_daemon_gone() && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        warn(&format!(
+            "the EngramFS daemon has gone away; calls under {} fail with EIO",
+            String::from_utf8_lossy(&crate::route::config().mount)
+        ));
+    }
 }
 
 /// The bytes of a C string (without the NUL). The caller vouches that `p` is valid.
@@ -159,8 +175,13 @@ impl Drop for WriteGuard<'_> {
     }
 }
 
-/// Write a message to stderr with the real `write` (the shim may own descriptor 2).
+/// Write a message to stderr with the real `write` (the shim may own descriptor 2). Not when
+/// descriptor 2 is a pool file: its number holds the shim's placeholder (a published
+/// description's memfd page, which the bytes would overwrite).
 pub fn warn(msg: &str) {
+    if crate::table::is_ours(2) {
+        return;
+    }
     let line = format!("engram-preload: {msg}\n");
     // SAFETY: writing a local buffer to descriptor 2.
     unsafe { crate::real::write(2, line.as_ptr() as *const libc::c_void, line.len()) };

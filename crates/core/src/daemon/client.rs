@@ -46,8 +46,17 @@ fn posted_word(seq: u32) -> u64 {
     (seq as u64) << 2 | POSTED_TAG
 }
 
+const DAEMON_GONE: &str = "the EngramFS daemon has gone away";
+
 fn daemon_gone_error() -> Error {
-    Error::with_msg(libc::EIO, "the EngramFS daemon has gone away")
+    Error::with_msg(libc::EIO, DAEMON_GONE)
+}
+
+impl Error {
+    /// Whether this is the error of a call made after the daemon went away.
+    pub fn is_daemon_gone(&self) -> bool {
+        self.errno() == libc::EIO && self.message() == Some(DAEMON_GONE)
+    }
 }
 
 pub struct Remote {
