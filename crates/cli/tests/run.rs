@@ -200,3 +200,36 @@ fn engram_run_without_a_pool_uses_the_demo_pool_in_a_private_dev_shm() {
         text(&out.stderr)
     );
 }
+
+/// A pool on a read-only mount: `engram run` says so, rather than that no daemon answered
+/// (a daemon that cannot start there cannot write its log either).
+#[test]
+fn engram_run_on_a_read_only_pool_says_it_is_read_only() {
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs tmpfs /mnt"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        let msg = "cannot make a private mount namespace (unshare -m needs root)";
+        assert!(std::env::var_os("CI").is_none(), "{msg}: required under CI");
+        eprintln!("SKIPPED: {msg}");
+        return;
+    }
+    let script = format!(
+        "mount -t tmpfs tmpfs /mnt && mkdir /mnt/rw /mnt/ro && \
+         {engram} mkfs /mnt/rw/p.pool --size 8M >/dev/null && \
+         mount --bind /mnt/rw /mnt/ro && mount -o remount,bind,ro /mnt/ro && \
+         {engram} run --pool /mnt/ro/p.pool -- true",
+        engram = ENGRAM
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is not writable: Read-only file system"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -188,6 +188,24 @@ pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
         Fs::mkfs(pool, DEFAULT_POOL_SIZE)
             .map_err(|e| format!("cannot create pool {}: {e}", pool.display()))?;
     }
+    // A daemon could not say why it failed where it cannot write its log: the pool and the
+    // socket's directory must be writable (a read-only mount gave only "cannot reach a
+    // daemon: No such file or directory").
+    for (what, path) in [
+        ("pool", pool.to_path_buf()),
+        (
+            "directory for its socket and log",
+            socket.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        ),
+    ] {
+        if let Err(e) = writable(&path) {
+            return Err(format!(
+                "cannot serve {}: the {what} {} is not writable: {e}",
+                pool.display(),
+                path.display()
+            ));
+        }
+    }
     // What the daemon about to start appends to its log is read from here on.
     let logged = std::fs::metadata(log_for(&socket)).map_or(0, |m| m.len());
     let fs = engram_binary()
@@ -215,6 +233,19 @@ pub fn ensure_daemon(pool: &Path) -> Result<(Fs, PathBuf), String> {
             }
         })?;
     Ok((fs, socket))
+}
+
+/// Whether this process may write `path` (`access(W_OK)`, which also answers EROFS).
+fn writable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: access with a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Run `cmd` under the shim and return its exit status (128 + signal if it was killed).
