@@ -70,6 +70,7 @@ pub fn workloads(cfg: &Config) -> Vec<(String, bool, Vec<Op>)> {
         }
     }
     out.push(("lines/many-runs".into(), false, workload::many_lines()));
+    out.push(("space/reuse".into(), false, workload::space_reuse()));
     let mut rng = Rng(cfg.seed);
     let count = if cfg.quick { 6 } else { 300 };
     for i in 0..count {
