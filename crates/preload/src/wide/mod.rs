@@ -73,29 +73,53 @@ impl Drop for Wide {
     }
 }
 
-/// Per descriptor: the FILE `stdio` made for it, and that stream's wide state. The FILE is
-/// compared without being read, so a FILE of glibc's own whose number is ours is not taken.
-static OWNER: [AtomicPtr<FILE>; MAX_FDS] = [const { AtomicPtr::new(null_mut()) }; MAX_FDS];
-static STATE: [AtomicPtr<Wide>; MAX_FDS] = [const { AtomicPtr::new(null_mut()) }; MAX_FDS];
+/// Streams per descriptor kept apart: a program may `fdopen` one descriptor twice (a
+/// second registration replaced the first, whose wide calls then went to glibc and crashed).
+const PER_FD: usize = 2;
+/// Per descriptor, `PER_FD` places: a FILE `stdio` made for it, and that stream's wide
+/// state. The FILE is compared without being read, so a FILE of glibc's own whose number is
+/// ours is not taken.
+static OWNER: [AtomicPtr<FILE>; MAX_FDS * PER_FD] =
+    [const { AtomicPtr::new(null_mut()) }; MAX_FDS * PER_FD];
+static STATE: [AtomicPtr<Wide>; MAX_FDS * PER_FD] =
+    [const { AtomicPtr::new(null_mut()) }; MAX_FDS * PER_FD];
 
-/// `fp` is the stream `stdio` made for descriptor `fd`.
+/// `fp` is a stream `stdio` made for descriptor `fd`: in a free place of the descriptor's
+/// (a third stream takes the first place).
 pub fn register(fd: c_int, fp: *mut FILE) {
     if let Some(i) = index(fd) {
-        drop_state(i);
-        OWNER[i].store(fp, Ordering::Release);
+        let places = i * PER_FD..(i + 1) * PER_FD;
+        let k = places
+            .clone()
+            .find(|&k| {
+                let o = OWNER[k].load(Ordering::Acquire);
+                o.is_null() || o == fp
+            })
+            .unwrap_or(places.start);
+        drop_state(k);
+        OWNER[k].store(fp, Ordering::Release);
     }
 }
 
-/// The stream on `fd` is being closed.
+/// A stream on `fd` is being closed, and with it the descriptor, which every stream on it
+/// used: all of them are forgotten.
 pub fn unregister(fd: c_int) {
     if let Some(i) = index(fd) {
-        OWNER[i].store(null_mut(), Ordering::Release);
-        drop_state(i);
+        for (k, owner) in OWNER.iter().enumerate().skip(i * PER_FD).take(PER_FD) {
+            owner.store(null_mut(), Ordering::Release);
+            drop_state(k);
+        }
     }
 }
 
 fn index(fd: c_int) -> Option<usize> {
     usize::try_from(fd).ok().filter(|&i| i < MAX_FDS)
+}
+
+/// The place of stream `fp` on descriptor `fd`, if `stdio` registered it there.
+fn place(fp: *mut FILE, fd: c_int) -> Option<usize> {
+    let i = index(fd)?;
+    (i * PER_FD..(i + 1) * PER_FD).find(|&k| OWNER[k].load(Ordering::Acquire) == fp)
 }
 
 fn drop_state(i: usize) {
@@ -121,8 +145,7 @@ pub(crate) fn ours(fp: *mut FILE) -> Option<c_int> {
     }
     // SAFETY: every FILE has `_fileno` here (see FILENO_AT); a null one was refused above.
     let fd = unsafe { *((fp as *const u8).add(FILENO_AT) as *const c_int) };
-    let i = index(fd)?;
-    (OWNER[i].load(Ordering::Acquire) == fp).then_some(fd)
+    place(fp, fd).map(|_| fd)
 }
 
 fn flags_ptr(fp: *mut FILE) -> *mut c_int {
@@ -202,8 +225,8 @@ impl Drop for InLocale {
 ///
 /// # Safety
 /// The caller holds the stream's lock (or, for the `_unlocked` forms, the program does).
-pub(crate) unsafe fn state<'a>(fd: c_int) -> Option<&'a mut Wide> {
-    let p = STATE[index(fd)?].load(Ordering::Acquire);
+pub(crate) unsafe fn state<'a>(fp: *mut FILE, fd: c_int) -> Option<&'a mut Wide> {
+    let p = STATE[place(fp, fd)?].load(Ordering::Acquire);
     // SAFETY: made by `orient`, freed only when the stream is closed; the stream's lock
     // keeps other threads out.
     unsafe { p.as_mut() }
@@ -216,10 +239,10 @@ pub(crate) unsafe fn state<'a>(fd: c_int) -> Option<&'a mut Wide> {
 /// As `state`.
 pub(crate) unsafe fn orient<'a>(fp: *mut FILE, fd: c_int) -> Option<&'a mut Wide> {
     // SAFETY: as the caller promises.
-    if let Some(w) = unsafe { state(fd) } {
+    if let Some(w) = unsafe { state(fp, fd) } {
         return Some(w);
     }
-    let i = index(fd)?;
+    let i = place(fp, fd)?;
     // SAFETY: fwide(fp, 0) only reads `_mode`, which a byte function set to -1.
     if unsafe { crate::real::fwide(fp, 0) } < 0 {
         return None;
@@ -266,7 +289,7 @@ pub unsafe extern "C" fn fwide(fp: *mut FILE, mode: c_int) -> c_int {
         let fd = ours_stream!(fp, crate::real::fwide(fp, mode));
         let _l = lock(fp, true);
         // SAFETY: under the stream's lock.
-        if unsafe { state(fd) }.is_some() {
+        if unsafe { state(fp, fd) }.is_some() {
             return Ok(1);
         }
         if mode > 0 {

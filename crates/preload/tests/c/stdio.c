@@ -207,6 +207,16 @@ static void orientation(void) {
     f = fdopen(fd, "r");
     CHECK(f && fwide(f, 0) == 0 && fgetwc(f) == L'a' && fwide(f, 0) == 1);
     CHECK(fclose(f) == 0);
+
+    /* Two streams on one descriptor each read wide characters (the first one's buffered
+     * read takes the file's four bytes, so the second finds the end). */
+    fd = open(at("o"), O_RDONLY);
+    FILE *f1 = fdopen(fd, "r"), *f2 = fdopen(fd, "r");
+    CHECK(f1 && f2);
+    CHECK(fgetwc(f1) == L'a' && fgetwc(f2) == WEOF && !ferror(f2));
+    CHECK(fwide(f1, 0) == 1 && fwide(f2, 0) == 1 && fgetwc(f1) == L'b');
+    CHECK(fclose(f2) == 0);
+    fclose(f1); /* its descriptor is closed already: EBADF, as with glibc's streams */
 }
 
 static void write_read_back(void) {
