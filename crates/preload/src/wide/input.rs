@@ -145,45 +145,19 @@ unsafe fn get_line(
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetwc(fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::fgetwc(fp));
-        get_one(fp, fd, true)
-    })
+/// fgetwc and the like on a stream: `locked` unless the program holds the lock itself.
+macro_rules! getwcs {
+    ($($name:ident => $locked:expr),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(fp: *mut FILE) -> WInt {
+            crate::guarded!(WEOF, {
+                let fd = ours_stream!(fp, real::$name(fp));
+                get_one(fp, fd, $locked)
+            })
+        }
+    )*};
 }
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn getwc(fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::getwc(fp));
-        get_one(fp, fd, true)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetwc_unlocked(fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::fgetwc_unlocked(fp));
-        get_one(fp, fd, false)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn getwc_unlocked(fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::getwc_unlocked(fp));
-        get_one(fp, fd, false)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __wuflow(fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::__wuflow(fp));
-        get_one(fp, fd, false)
-    })
-}
+getwcs!(fgetwc => true, getwc => true, fgetwc_unlocked => false, getwc_unlocked => false, __wuflow => false);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getwchar() -> WInt {

@@ -115,37 +115,19 @@ unsafe fn put_str(s: *const WChar, fp: *mut FILE, fd: c_int, locked: bool) -> c_
     if put(fp, w, ws) { 1 } else { -1 }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fputwc(c: WChar, fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::fputwc(c, fp));
-        put_one(fp, fd, c, true)
-    })
+/// fputwc and the like on a stream: `locked` unless the program holds the lock itself.
+macro_rules! putwcs {
+    ($($name:ident => $locked:expr),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(c: WChar, fp: *mut FILE) -> WInt {
+            crate::guarded!(WEOF, {
+                let fd = ours_stream!(fp, real::$name(c, fp));
+                put_one(fp, fd, c, $locked)
+            })
+        }
+    )*};
 }
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn putwc(c: WChar, fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::putwc(c, fp));
-        put_one(fp, fd, c, true)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fputwc_unlocked(c: WChar, fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::fputwc_unlocked(c, fp));
-        put_one(fp, fd, c, false)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn putwc_unlocked(c: WChar, fp: *mut FILE) -> WInt {
-    crate::guarded!(WEOF, {
-        let fd = ours_stream!(fp, real::putwc_unlocked(c, fp));
-        put_one(fp, fd, c, false)
-    })
-}
+putwcs!(fputwc => true, putwc => true, fputwc_unlocked => false, putwc_unlocked => false);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __woverflow(fp: *mut FILE, c: WInt) -> WInt {
