@@ -26,5 +26,5 @@ pub mod wire;
 
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
 pub use perm::Creds;
-pub use request::{Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs};
+pub use request::{Clear, Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs};
 pub use server::{FsckReport, ServerStats};

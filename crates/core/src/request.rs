@@ -99,6 +99,14 @@ pub enum Request {
         len: u64,
         keep_size: bool,
     },
+    /// fallocate's `FALLOC_FL_PUNCH_HOLE` and `FALLOC_FL_ZERO_RANGE`: `[offset, offset +
+    /// len)` reads as zeros afterwards.
+    Clear {
+        target: Handle,
+        offset: u64,
+        len: u64,
+        how: Clear,
+    },
     /// Reserve up to `pages` data pages for this client's copy-on-write.
     Reserve {
         pages: u64,
@@ -150,6 +158,16 @@ pub enum Request {
     },
 }
 
+/// How `Request::Clear` clears a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clear {
+    /// Free the pages wholly inside the range (holes); zero the rest of it. The size stays.
+    PunchHole,
+    /// Give the range fresh zeroed pages, so that writes into it need no more space; with
+    /// `keep_size` false the size grows to the range's end if that is larger.
+    ZeroRange { keep_size: bool },
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
     pub block_size: u64,
@@ -187,6 +205,7 @@ impl Request {
             Request::Rename { .. } => "rename",
             Request::SetAttr { .. } => "setattr",
             Request::Fallocate { .. } => "fallocate",
+            Request::Clear { .. } => "clear-range",
             Request::Reserve { .. } => "reserve",
             Request::Unreserve { .. } => "unreserve",
             Request::CommitWrite { .. } => "commit-write",

@@ -4,7 +4,7 @@
 //! anything malformed is an EINVAL error, never a panic or a huge allocation.
 
 use crate::error::{Error, Result};
-use crate::request::{Handle, Request, Response, SetAttr, SetTime, StatFs, WriteCheck};
+use crate::request::{Clear, Handle, Request, Response, SetAttr, SetTime, StatFs, WriteCheck};
 use crate::server::{FsckReport, ServerStats};
 
 #[derive(Default)]
@@ -292,6 +292,22 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             w.u8(19);
             w.u32(*pid);
         }
+        Request::Clear {
+            target,
+            offset,
+            len,
+            how,
+        } => {
+            w.u8(20);
+            w.handle(*target);
+            w.u64(*offset);
+            w.u64(*len);
+            w.u8(match how {
+                Clear::PunchHole => 0,
+                Clear::ZeroRange { keep_size: false } => 1,
+                Clear::ZeroRange { keep_size: true } => 2,
+            });
+        }
     }
 }
 
@@ -402,6 +418,17 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
             on: r.u8()? != 0,
         },
         19 => Request::Gone { pid: r.u32()? },
+        20 => Request::Clear {
+            target: r.handle()?,
+            offset: r.u64()?,
+            len: r.u64()?,
+            how: match r.u8()? {
+                0 => Clear::PunchHole,
+                1 => Clear::ZeroRange { keep_size: false },
+                2 => Clear::ZeroRange { keep_size: true },
+                _ => return Err(bad()),
+            },
+        },
         _ => return Err(bad()),
     };
     r.done()?;

@@ -58,6 +58,24 @@ fn requests_round_trip_and_garbage_is_refused() {
             on: true,
         },
         Request::Gone { pid: 4242 },
+        Request::Clear {
+            target: h,
+            offset: 5,
+            len: 6,
+            how: Clear::PunchHole,
+        },
+        Request::Clear {
+            target: h,
+            offset: 5,
+            len: 6,
+            how: Clear::ZeroRange { keep_size: false },
+        },
+        Request::Clear {
+            target: h,
+            offset: 5,
+            len: 6,
+            how: Clear::ZeroRange { keep_size: true },
+        },
     ];
     assert_eq!(
         decode_request(&encode_gone(4242)).unwrap(),
@@ -77,4 +95,16 @@ fn requests_round_trip_and_garbage_is_refused() {
         "huge count must not allocate"
     );
     assert!(decode_request(&[200]).is_err());
+    let mut w = Writer::default();
+    encode_request(
+        &Request::Clear {
+            target: h,
+            offset: 0,
+            len: 1,
+            how: Clear::PunchHole,
+        },
+        &mut w,
+    );
+    *w.0.last_mut().unwrap() = 3;
+    assert!(decode_request(&w.0).is_err(), "an unknown way to clear");
 }

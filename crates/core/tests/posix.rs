@@ -31,6 +31,10 @@ mod readdir;
 #[path = "posix/data.rs"]
 mod data;
 
+// ---------------------------------------------------------------------------------- holes
+#[path = "posix/holes.rs"]
+mod holes;
+
 // ---------------------------------------------------------------------------------- permissions
 #[path = "posix/permissions.rs"]
 mod permissions;

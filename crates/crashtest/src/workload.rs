@@ -2,7 +2,7 @@
 //! sets (every single operation, ordered pairs, random sequences, and one that stores to
 //! more lines in place than the server keeps unflushed).
 
-use engram_core::{Fs, OpenOptions, RENAME_EXCHANGE, RENAME_NOREPLACE, Result};
+use engram_core::{Clear, Fs, OpenOptions, RENAME_EXCHANGE, RENAME_NOREPLACE, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -26,6 +26,13 @@ pub enum Op {
         off: u64,
         len: u64,
         keep: bool,
+    },
+    /// A punched hole or a zeroed range (fallocate).
+    Clear {
+        path: String,
+        off: u64,
+        len: u64,
+        how: Clear,
     },
     /// Open a file, unlink it, write through the still-open handle, close it.
     UnlinkOpen(String),
@@ -70,6 +77,15 @@ impl Op {
                 let f = fs.open_file(path, &OpenOptions::new().write(true))?;
                 f.allocate(*off, *len, *keep)
             }
+            Op::Clear {
+                path,
+                off,
+                len,
+                how,
+            } => {
+                let f = fs.open_file(path, &OpenOptions::new().write(true))?;
+                f.clear(*off, *len, *how)
+            }
             Op::UnlinkOpen(p) => {
                 let f = fs.open_file(p, &OpenOptions::new().read(true).write(true))?;
                 fs.unlink(p)?;
@@ -106,6 +122,15 @@ fn write(path: &str, off: u64, len: u64, seed: u8) -> Op {
         off,
         len,
         seed,
+    }
+}
+
+fn clear(path: &str, off: u64, len: u64, how: Clear) -> Op {
+    Op::Clear {
+        path: s(path),
+        off,
+        len,
+        how,
     }
 }
 
@@ -186,6 +211,16 @@ pub fn singles() -> Vec<(String, Op)> {
                 keep: true,
             },
         ),
+        // Part of page 0, all of page 1, part of page 2.
+        ("punch-hole", clear("/big", 1000, 9000, Clear::PunchHole)),
+        (
+            "zero-range",
+            clear("/big", 1000, 5000, Clear::ZeroRange { keep_size: true }),
+        ),
+        (
+            "zero-range-grow",
+            clear("/small", 50, 20000, Clear::ZeroRange { keep_size: false }),
+        ),
     ];
     v.into_iter().map(|(n, o)| (n.to_string(), o)).collect()
 }
@@ -263,7 +298,7 @@ pub fn random_sequence(rng: &mut Rng, len: usize) -> Vec<Op> {
     for _ in 0..len {
         let mut name = || NAMES[rng.below(NAMES.len() as u64) as usize].to_string();
         let (a, b) = (name(), name());
-        let op = match rng.below(14) {
+        let op = match rng.below(15) {
             0 | 1 => Op::Create(a),
             2 => Op::Mkdir(a),
             3 => Op::Rmdir(a),
@@ -287,11 +322,21 @@ pub fn random_sequence(rng: &mut Rng, len: usize) -> Vec<Op> {
             10 => Op::Link(a, b),
             11 => Op::Symlink(b.trim_start_matches('/').to_string(), a),
             12 => Op::Chmod(a, 0o600 + rng.below(0o177) as u32),
-            _ => Op::Fallocate {
+            13 => Op::Fallocate {
                 path: a,
                 off: rng.below(8000),
                 len: 1 + rng.below(9000),
                 keep: rng.below(2) == 0,
+            },
+            _ => Op::Clear {
+                path: a,
+                off: rng.below(8000),
+                len: 1 + rng.below(9000),
+                how: [
+                    Clear::PunchHole,
+                    Clear::ZeroRange { keep_size: false },
+                    Clear::ZeroRange { keep_size: true },
+                ][rng.below(3) as usize],
             },
         };
         ops.push(op);

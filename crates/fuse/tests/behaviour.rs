@@ -90,7 +90,7 @@ fn syscalls_through_the_mount() {
         libc::EPERM
     );
 
-    // fallocate: mode 0 extends, KEEP_SIZE only reserves, hole punching is not supported.
+    // fallocate: mode 0 extends, KEEP_SIZE only reserves.
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -113,12 +113,43 @@ fn syscalls_through_the_mount() {
         "{}",
         f.metadata().unwrap().blocks()
     );
+    // A punched hole reads as zeros (the kernel drops its cached pages of the range) and
+    // frees its pages; the size stays.
+    f.write_all_at(&[7u8; 3 * 4096], 0).unwrap();
+    let blocks = f.metadata().unwrap().blocks();
     let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     // SAFETY: as above.
     assert_eq!(
-        err(unsafe { libc::fallocate(f.as_raw_fd(), punch, 0, 4096) }),
+        err(unsafe { libc::fallocate(f.as_raw_fd(), punch, 4096, 4096 + 10) }),
+        0
+    );
+    let mut got = vec![0u8; 3 * 4096];
+    f.read_exact_at(&mut got, 0).unwrap();
+    let mut want = vec![7u8; 3 * 4096];
+    want[4096..2 * 4096 + 10].fill(0);
+    assert!(
+        got == want,
+        "the punched range reads as zeros, the rest is kept"
+    );
+    assert_eq!(f.metadata().unwrap().blocks(), blocks - 8);
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20);
+    // A punch must keep the size, as Linux says.
+    // SAFETY: as above.
+    assert_eq!(
+        err(unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE, 0, 4096) }),
         libc::EOPNOTSUPP
     );
+    // Zeroing a range, growing the file.
+    let zero = libc::FALLOC_FL_ZERO_RANGE;
+    // SAFETY: as above.
+    assert_eq!(
+        err(unsafe { libc::fallocate(f.as_raw_fd(), zero, 2 * 4096, 1 << 20) }),
+        0
+    );
+    assert_eq!(f.metadata().unwrap().len(), (1 << 20) + 2 * 4096);
+    f.read_exact_at(&mut got, 0).unwrap();
+    want[2 * 4096..].fill(0);
+    assert!(got == want, "the zeroed range reads as zeros");
     drop(f);
 
     // SEEK_DATA/SEEK_HOLE: data in pages 0 and 12 of a 100,000-byte file, as on tmpfs.
@@ -299,7 +330,7 @@ fn syscalls_through_the_mount() {
 
     let fs = m.into_fs().unwrap();
     assert_eq!(fs.read_file("/b").unwrap(), b"AAA");
-    assert_eq!(fs.stat("/alloc").unwrap().size, 1 << 20);
+    assert_eq!(fs.stat("/alloc").unwrap().size, (1 << 20) + 2 * 4096);
     assert_eq!(fs.read_file("/log").unwrap(), log.as_bytes());
     assert_clean(&fs);
     fs.unmount().unwrap();

@@ -165,6 +165,44 @@ fn rev_and_colrm_read_wide_characters_from_the_pool() {
     p.fsck();
 }
 
+/// util-linux `fallocate`: holes punched (`-p`), ranges zeroed with and without keeping the
+/// size (`-z`, `-n -z`), and zeros found and punched (`-d`, through SEEK_DATA and
+/// SEEK_HOLE), the same bytes as on the scratch directory's file system (ext4 here), and
+/// the pages freed or given.
+#[test]
+fn fallocate_punches_holes_and_zeroes_ranges() {
+    let p = Pool::new("fallocate", 64);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        head -c 40960 /dev/urandom > real
+        cp real $M/f
+        for args in "-p -o 4096 -l 8192" "-z -o 100 -l 5000" "-n -z -o 50000 -l 100"                     "-z -o 39000 -l 10000" "-p -o 20000 -l 1"; do
+            fallocate $args real
+            fallocate $args $M/f
+            cmp real $M/f
+            echo "$args: $(stat -c %s $M/f) $(stat -c %b $M/f)"
+        done
+        head -c 4096 /dev/urandom > $M/g
+        head -c 16384 /dev/zero >> $M/g
+        head -c 4096 /dev/urandom >> $M/g
+        cp $M/g g.real
+        fallocate -d $M/g
+        cmp g.real $M/g
+        echo "dig: $(stat -c %s $M/g) $(stat -c %b $M/g)"
+        "#);
+    assert_eq!(
+        out,
+        "-p -o 4096 -l 8192: 40960 64\n\
+         -z -o 100 -l 5000: 40960 72\n\
+         -n -z -o 50000 -l 100: 40960 80\n\
+         -z -o 39000 -l 10000: 49000 96\n\
+         -p -o 20000 -l 1: 49000 96\n\
+         dig: 24576 16\n",
+        "{out}"
+    );
+    p.fsck();
+}
+
 /// git and `sed -i`: they make their files with mkstemp (which glibc serves with its own
 /// internal open) and git removes its lock files from exit handlers.
 #[test]

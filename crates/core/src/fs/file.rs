@@ -10,7 +10,7 @@ use crate::index;
 use crate::inode::{self, InodeData};
 use crate::layout::PAGE;
 use crate::range_lock::RangeLock;
-use crate::request::{Handle, Request, SetAttr, SetTime};
+use crate::request::{Clear, Handle, Request, SetAttr, SetTime};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -298,18 +298,47 @@ impl File {
 
     /// Allocate space (fallocate mode 0 or FALLOC_FL_KEEP_SIZE).
     pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.change_from(offset, |target| Request::Fallocate {
+            target,
+            offset,
+            len,
+            keep_size,
+        })
+    }
+
+    /// Free the pages wholly inside `[offset, offset + len)` and zero the rest of the range
+    /// (fallocate's `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`). The size stays.
+    pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+        self.clear(offset, len, Clear::PunchHole)
+    }
+
+    /// Zero `[offset, offset + len)` and give it space (fallocate's `FALLOC_FL_ZERO_RANGE`,
+    /// with `FALLOC_FL_KEEP_SIZE` if `keep_size`); without `keep_size` the size grows to
+    /// the range's end if that is larger.
+    pub fn zero_range(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.clear(offset, len, Clear::ZeroRange { keep_size })
+    }
+
+    /// Make `[offset, offset + len)` read as zeros, as `how` says.
+    pub fn clear(&self, offset: u64, len: u64, how: Clear) -> Result<()> {
+        self.change_from(offset, |target| Request::Clear {
+            target,
+            offset,
+            len,
+            how,
+        })
+    }
+
+    /// Send the server a change to this file's data from `offset` on (which may grow it),
+    /// with this process's writes from there (or from the end of file) held off.
+    fn change_from(&self, offset: u64, request: impl FnOnce(Handle) -> Request) -> Result<()> {
         if !self.opts.write {
             return Err(Error::EBADF);
         }
         let lock = self.range_lock();
         let size = self.data().size;
         let _g = lock.lock(offset.min(size) / PAGE, u64::MAX);
-        self.fs.call(Request::Fallocate {
-            target: self.handle,
-            offset,
-            len,
-            keep_size,
-        })?;
+        self.fs.call(request(self.handle))?;
         Ok(())
     }
 

@@ -233,6 +233,15 @@ impl Server {
                 self.check_writer(client, target)?;
                 self.fallocate(client, target, offset, len, keep_size)
             }
+            Request::Clear {
+                target,
+                offset,
+                len,
+                how,
+            } => {
+                self.check_writer(client, target)?;
+                self.clear_range(client, target, (offset, len), how)
+            }
             Request::Reserve { pages } => self.reserve(client, pages),
             Request::Unreserve { pages } => self.unreserve(client, &pages),
             Request::CommitWrite {

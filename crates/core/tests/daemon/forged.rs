@@ -2,7 +2,7 @@
 //! changes.
 
 use super::{Daemon, check_clean, send};
-use engram_core::request::{Request, Response, WriteCheck};
+use engram_core::request::{Clear, Request, Response, WriteCheck};
 use engram_core::wire::{Writer, decode_reply, encode_request};
 use engram_core::{Fs, Handle, OpenOptions};
 
@@ -115,6 +115,12 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
             len: 100,
             keep_size: false,
         },
+        Request::Clear {
+            target: good,
+            offset: u64::MAX - 10,
+            len: 100,
+            how: Clear::ZeroRange { keep_size: false },
+        },
         Request::Reserve { pages: u64::MAX },
         // Not held open by this client, or never counted.
         Request::Mapped {
@@ -153,7 +159,7 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
         let len = (rnd() % 200) as usize;
         let mut bytes: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
         if i % 2 == 0 && !bytes.is_empty() {
-            bytes[0] = (rnd() % 18) as u8; // a real request tag with garbage after it
+            bytes[0] = (rnd() % 21) as u8; // a real request tag with garbage after it
         }
         let _ = remote.call_raw(&bytes).unwrap();
     }
@@ -235,6 +241,17 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
     };
     let r = send(&fs, &fall);
     unchanged(&fs, "/f", &before, r, libc::EBADF);
+    // Nor a punched hole or a zeroed range.
+    for how in [Clear::PunchHole, Clear::ZeroRange { keep_size: false }] {
+        let clear = Request::Clear {
+            target: h,
+            offset: 0,
+            len: 1 << 20,
+            how,
+        };
+        let r = send(&fs, &clear);
+        unchanged(&fs, "/f", &before, r, libc::EBADF);
+    }
     // Closing "for writing" what was opened read-only is refused too.
     let r = send(
         &fs,

@@ -395,10 +395,10 @@ impl Steps {
     }
 }
 
-/// Random truncates (up and down), fallocates (both modes), writes inside, at and past the
-/// end, by two clients, the second opening and closing its handle at random (so the first
-/// is at times the sole writer, writing in place): after every step the file matches a
-/// byte model and fsck (block counts, leaks) is clean.
+/// Random truncates (up and down), fallocates (both modes), punched holes, zeroed ranges,
+/// writes inside, at and past the end, by two clients, the second opening and closing its
+/// handle at random (so the first is at times the sole writer, writing in place): after
+/// every step the file matches a byte model and fsck (block counts, leaks) is clean.
 #[test]
 fn random_changes_by_two_writers_match_a_model() {
     const P: u64 = 4096;
@@ -420,7 +420,7 @@ fn random_changes_by_two_writers_match_a_model() {
             _ => &fa,
         };
         let size = model.len() as u64;
-        let what = match rng.below(6) {
+        let what = match rng.below(8) {
             0 => {
                 let n = rng.below(40 * P);
                 f.set_len(n).unwrap();
@@ -446,6 +446,23 @@ fn random_changes_by_two_writers_match_a_model() {
                 }
                 model[off as usize..end].fill(byte);
                 format!("write {off} +{len}")
+            }
+            6 | 7 => {
+                // A punch, or zeroing with or without keeping the size.
+                let (off, len) = (rng.below(40 * P), 1 + rng.below(8 * P));
+                let how = rng.below(3);
+                match how {
+                    0 => f.punch_hole(off, len).unwrap(),
+                    _ => f.zero_range(off, len, how == 2).unwrap(),
+                }
+                if how == 1 && off + len > size {
+                    model.resize((off + len) as usize, 0);
+                }
+                let to = ((off + len) as usize).min(model.len());
+                if (off as usize) < to {
+                    model[off as usize..to].fill(0);
+                }
+                format!("clear {off} +{len}, how {how}")
             }
             _ => {
                 let (off, len) = (rng.below(40 * P), 1 + rng.below(8 * P));

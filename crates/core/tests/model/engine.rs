@@ -207,6 +207,16 @@ impl Engine {
                 Some(f) => unit(f.set_len(*size)),
                 None => Ok(Val::NoHandle),
             },
+            OpT::HClear {
+                slot,
+                off,
+                len,
+                how,
+            } => match self.handles.get(slot) {
+                Some(f) if *how == 0 => unit(f.punch_hole(*off, *len)),
+                Some(f) => unit(f.zero_range(*off, *len, *how == 2)),
+                None => Ok(Val::NoHandle),
+            },
             OpT::Close { slot } => Ok(if self.handles.remove(slot).is_some() {
                 Val::Unit
             } else {

@@ -338,6 +338,17 @@ pub fn op() -> BoxedStrategy<GenOp> {
                 .prop_map(|(slot, size)| OpT::HTruncate { slot, size })
                 .boxed(),
         ),
+        (
+            3,
+            (slot(), offset(), length(), 0u8..3)
+                .prop_map(|(slot, off, len, how)| OpT::HClear {
+                    slot,
+                    off,
+                    len: len as u64,
+                    how,
+                })
+                .boxed(),
+        ),
         (1, slot().prop_map(|slot| OpT::Close { slot }).boxed()),
         (
             2,

@@ -95,6 +95,14 @@ pub enum OpT<T> {
         slot: u8,
         size: u64,
     },
+    /// fallocate's hole punch (`how` 0), or zeroing of the range with (2) or without (1)
+    /// `FALLOC_FL_KEEP_SIZE`.
+    HClear {
+        slot: u8,
+        off: u64,
+        len: u64,
+        how: u8,
+    },
     Close {
         slot: u8,
     },
@@ -245,6 +253,17 @@ impl<T> OpT<T> {
             HTruncate { slot, size } => HTruncate {
                 slot: *slot,
                 size: *size,
+            },
+            HClear {
+                slot,
+                off,
+                len,
+                how,
+            } => HClear {
+                slot: *slot,
+                off: *off,
+                len: *len,
+                how: *how,
             },
             Close { slot } => Close { slot: *slot },
             UnlinkOpen {

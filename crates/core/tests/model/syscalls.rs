@@ -38,6 +38,24 @@ impl Model {
         Ok(Val::Unit)
     }
 
+    /// fallocate: a punch (`how` 0) or a zeroing (1, or 2 keeping the size) reads as zeros
+    /// over the range; only zeroing without keeping the size grows the file.
+    fn clear(&mut self, ino: u64, off: u64, len: u64, how: u8) -> Outcome {
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        let data = self.file_data(ino)?;
+        let end = off + len;
+        if how == 1 && end > data.len() as u64 {
+            data.resize(end as usize, 0);
+        }
+        let to = end.min(data.len() as u64) as usize;
+        if (off as usize) < to {
+            data[off as usize..to].fill(0);
+        }
+        Ok(Val::Unit)
+    }
+
     fn stat_of(&self, ino: u64) -> StatV {
         let n = self.node(ino);
         let (kind, size) = match &n.kind {
@@ -330,6 +348,15 @@ impl Model {
             },
             OpT::HTruncate { slot, size } => match self.handle(*slot) {
                 Some(ino) => self.set_len(ino, *size),
+                None => Ok(Val::NoHandle),
+            },
+            OpT::HClear {
+                slot,
+                off,
+                len,
+                how,
+            } => match self.handle(*slot) {
+                Some(ino) => self.clear(ino, *off, *len, *how),
                 None => Ok(Val::NoHandle),
             },
             OpT::Close { slot } => {

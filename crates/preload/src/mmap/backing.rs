@@ -314,13 +314,20 @@ pub(super) fn open_existing_backing(name: &CString) -> Option<c_int> {
 
 /// Zero a backing file from `from` to its end (the caller holds its fill lock).
 pub(super) fn zero_backing_from(fd: c_int, from: u64) {
+    zero_backing_range(fd, from, u64::MAX);
+}
+
+/// Zero `[from, to)` of a backing file, as far as it reaches (the caller holds its fill
+/// lock).
+pub(super) fn zero_backing_range(fd: c_int, from: u64, to: u64) {
     let Ok(size) = backing_size(fd) else {
         return;
     };
-    if from < size {
+    let to = to.min(size);
+    if from < to {
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         // SAFETY: punching a hole in a backing descriptor we hold (tmpfs reads zeros there).
-        unsafe { real::fallocate(fd, mode, from as off_t, (size - from) as off_t) };
+        unsafe { real::fallocate(fd, mode, from as off_t, (to - from) as off_t) };
     }
 }
 

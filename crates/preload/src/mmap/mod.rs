@@ -28,7 +28,7 @@ mod writeback;
 mod writes;
 
 pub use writeback::{at_exit, write_back_all};
-pub use writes::{WriteHold, hold_for_write, resizing, written, written_held};
+pub use writes::{WriteHold, clearing, hold_for_write, resizing, written, written_held};
 
 const PAGE: usize = 4096;
 

@@ -3,7 +3,7 @@
 
 use super::backing::{
     FillLock, backing_name, backing_stat, copy_into_backing, open_existing_backing,
-    zero_backing_from,
+    zero_backing_from, zero_backing_range,
 };
 use super::reentered;
 use crate::session;
@@ -85,6 +85,17 @@ pub fn resizing(
     size: impl Fn() -> Res<u64>,
     change: impl FnOnce() -> Res<()>,
 ) -> Res<()> {
+    clearing(h, size, None, change)
+}
+
+/// As `resizing`, for a change that may also make `zeroed` (a range, end exclusive) read as
+/// zeros: a punched hole or a zeroed range. The backing file reads zeros there too.
+pub fn clearing(
+    h: Handle,
+    size: impl Fn() -> Res<u64>,
+    zeroed: Option<(u64, u64)>,
+    change: impl FnOnce() -> Res<()>,
+) -> Res<()> {
     // Mapped by no process (one load), or inside the shim's own mapping code.
     if reentered() || !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
         return change();
@@ -101,6 +112,9 @@ pub fn resizing(
         let _fill = FillLock::exclusive(fd);
         let old = size()?;
         change()?;
+        if let Some((from, to)) = zeroed {
+            zero_backing_range(fd, from, to);
+        }
         zero_backing_from(fd, old.min(size()?));
         Ok(())
     })();

@@ -2,7 +2,8 @@
  * processes that do not map it themselves (SQLite with mmap_size reads its database through
  * a mapping and other connections write it with pwrite). argv[1]: the mount prefix. Run
  * through a daemon. The writers are this program again, run by fork and exec (a forked
- * child that did not exec would still hold the parent's mappings). Prints MAPSHARE-OK. */
+ * child that did not exec would still hold the parent's mappings). Also a hole punched and
+ * a range zeroed (fallocate). Prints MAPSHARE-OK. */
 #define _GNU_SOURCE
 #include "check.h"
 #include <fcntl.h>
@@ -60,6 +61,15 @@ static void write_hello(const char *path) {
     CHECK(close(fd) == 0);
 }
 
+/* Punches a hole over "hello from a child" (mode 0), or zeroes that range (mode 1). */
+static void clear(const char *path, int zero) {
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    int mode = zero ? FALLOC_FL_ZERO_RANGE : FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    CHECK(fallocate(fd, mode, 100, 18) == 0);
+    CHECK(close(fd) == 0);
+}
+
 static void write_again(const char *path) {
     int fd = open(path, O_RDWR);
     CHECK(fd >= 0);
@@ -76,6 +86,10 @@ int main(int argc, char **argv) {
     }
     if (argc == 3 && strcmp(argv[1], "again") == 0) {
         write_again(argv[2]);
+        return 0;
+    }
+    if (argc == 3 && (strcmp(argv[1], "punch") == 0 || strcmp(argv[1], "zero") == 0)) {
+        clear(argv[2], argv[1][0] == 'z');
         return 0;
     }
     if (argc == 3 && strcmp(argv[1], "append") == 0) {
@@ -142,6 +156,15 @@ int main(int argc, char **argv) {
     in_child_arg("inherited", path, num);
     in_child("hello", path);
     CHECK(memcmp(r + 100, "hello from a child", 18) == 0);
+
+    /* A hole punched and a range zeroed by another process read as zeros. */
+    static const char zeros[18];
+    in_child("punch", path);
+    CHECK(memcmp(r + 100, zeros, 18) == 0 && r[99] == 'a');
+    in_child("hello", path);
+    CHECK(memcmp(r + 100, "hello from a child", 18) == 0);
+    in_child("zero", path);
+    CHECK(memcmp(r + 100, zeros, 18) == 0 && r[99] == 'a');
     CHECK(munmap(r, 4096) == 0);
     CHECK(close(fd) == 0);
     printf("MAPSHARE-OK\n");

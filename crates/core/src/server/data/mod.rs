@@ -5,10 +5,13 @@ use super::Server;
 use crate::alloc::Item;
 use crate::error::{Error, Result};
 use crate::index;
+use crate::index::MAX_FILE_SIZE;
 use crate::inode::{InodeData, field};
 use crate::oplog::Entry;
+use crate::request::{Handle, Response};
 
 mod attr;
+mod clear;
 mod size;
 mod write;
 
@@ -117,6 +120,79 @@ impl Server {
         if plan.height != d.height {
             out.push(self.set32(ino, field::HEIGHT, plan.height));
         }
+    }
+
+    /// File `h` for a change to the bytes `[offset, offset + len)` (fallocate, clearing a
+    /// range), and the range's end.
+    fn data_range(&self, h: Handle, offset: u64, len: u64) -> Result<(InodeData, u64)> {
+        let d = self.inode(h)?;
+        if d.is_dir() {
+            return Err(Error::EISDIR);
+        }
+        if !d.is_reg() {
+            return Err(Error::ENODEV);
+        }
+        if len == 0 {
+            return Err(Error::EINVAL);
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Error::EFBIG)?;
+        Ok((d, end))
+    }
+
+    /// Add what `zero_beyond_eof` replaced to `updates`, and its fresh pages to `pages`
+    /// (the server's own, to give back if the change fails). If it failed, every page of
+    /// `pages` goes back now.
+    fn take_replaced(
+        &mut self,
+        replaced: Result<Vec<(u64, u64)>>,
+        pages: &mut Vec<u64>,
+        updates: &mut Vec<(u64, u64)>,
+    ) -> Result<()> {
+        match replaced {
+            Ok(r) => {
+                if !r.is_empty() {
+                    pages.extend(fresh_pages(&r));
+                    *updates = merge_updates(updates, &r);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.release_data_pages(pages);
+                Err(e)
+            }
+        }
+    }
+
+    /// Publish `updates` (page number → the server's fresh data page, or 0 for a hole) into
+    /// file `ino` (`d`) with the `extra` stores, in one commit after a fence that makes the
+    /// fresh pages durable first, and retire the pages they replace. If it fails, the fresh
+    /// `pages` and any new index nodes go back.
+    fn publish_pages(
+        &mut self,
+        ino: u64,
+        d: &InodeData,
+        (updates, pages): (&[(u64, u64)], &[u64]),
+        extra: &[Entry],
+    ) -> Result<Response> {
+        self.pool.fence();
+        let mut out = Vec::new();
+        let mut plan = index::Plan::default();
+        if let Err(e) = self.stage_pages(ino, d, updates, &mut plan, &mut out) {
+            self.release_data_pages(pages);
+            return Err(e);
+        }
+        out.extend_from_slice(extra);
+        if let Err(e) = self.commit(&out, &[ino]) {
+            self.release_nodes(&plan.new_nodes);
+            self.release_data_pages(pages);
+            return Err(e);
+        }
+        let replaced: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
+        self.retire(&replaced);
+        Ok(Response::Done)
     }
 
     /// `n` fresh data pages for the server's own writes, making room if need be (ENOSPC,

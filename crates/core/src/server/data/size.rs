@@ -1,10 +1,10 @@
 //! Size changes: truncate and fallocate, and zeroing beyond the end of file what a
 //! growing size makes visible.
 
-use super::{Staged, fresh_pages, merge_updates};
+use super::{Staged, fresh_pages};
 use crate::alloc::Item;
 use crate::error::{Error, Result};
-use crate::index::{self, MAX_FILE_SIZE};
+use crate::index;
 use crate::inode::{InodeData, field};
 use crate::layout::{Geometry, PAGE};
 use crate::oplog::Entry;
@@ -165,20 +165,7 @@ impl Server {
         len: u64,
         keep_size: bool,
     ) -> Result<Response> {
-        let d = self.inode(h)?;
-        if d.is_dir() {
-            return Err(Error::EISDIR);
-        }
-        if !d.is_reg() {
-            return Err(Error::ENODEV);
-        }
-        if len == 0 {
-            return Err(Error::EINVAL);
-        }
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(Error::EFBIG)?;
+        let (d, end) = self.data_range(h, offset, len)?;
         let mut holes = Vec::new();
         for pg in offset / PAGE..end.div_ceil(PAGE) {
             if index::lookup(&self.pool, &self.geo, d.root, d.height, pg)? == 0 {
@@ -197,39 +184,17 @@ impl Server {
         if !keep_size && end > d.size {
             let in_place = !self.others_write(client, h.ino);
             let range = offset / PAGE..end.div_ceil(PAGE);
-            match self.zero_beyond_eof(in_place, &d, (d.size, end), range, &|_| false) {
-                Ok(replaced) if !replaced.is_empty() => {
-                    pages.extend(fresh_pages(&replaced));
-                    updates = merge_updates(&updates, &replaced);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    self.release_data_pages(&pages);
-                    return Err(e);
-                }
-            }
-        }
-        self.pool.fence();
-        let mut out = Vec::new();
-        let mut plan = index::Plan::default();
-        if let Err(e) = self.stage_pages(h.ino, &d, &updates, &mut plan, &mut out) {
-            self.release_data_pages(&pages);
-            return Err(e);
+            let replaced = self.zero_beyond_eof(in_place, &d, (d.size, end), range, &|_| false);
+            self.take_replaced(replaced, &mut pages, &mut updates)?;
         }
         let now = self.now();
+        let mut extra = Vec::new();
         if !keep_size && end > d.size {
-            out.push(self.set64(h.ino, field::SIZE, end));
-            self.touch(h.ino, now, &mut out);
+            extra.push(self.set64(h.ino, field::SIZE, end));
+            self.touch(h.ino, now, &mut extra);
         } else {
-            out.push(self.set64(h.ino, field::CTIME, now as u64));
+            extra.push(self.set64(h.ino, field::CTIME, now as u64));
         }
-        if let Err(e) = self.commit(&out, &[h.ino]) {
-            self.release_nodes(&plan.new_nodes);
-            self.release_data_pages(&pages);
-            return Err(e);
-        }
-        let replaced: Vec<Item> = plan.old_pages.iter().map(|&p| Item::DataPage(p)).collect();
-        self.retire(&replaced);
-        Ok(Response::Done)
+        self.publish_pages(h.ino, &d, (&updates, &pages), &extra)
     }
 }
