@@ -135,7 +135,8 @@ impl Census {
         c
     }
 
-    /// Count what a file or symlink holds (also used for open orphans).
+    /// Count what a file or symlink holds (also used for open orphans, and for directories
+    /// removed while in use, whose empty tree is still theirs).
     pub fn walk_content(&mut self, pool: &Pool, geo: &Geometry, ino: u64, d: &InodeData) {
         if d.is_reg() {
             let mut nodes = Vec::new();
@@ -174,7 +175,15 @@ impl Census {
                         .push(format!("symlink {ino} points outside the metadata area"));
                 }
             }
-        } else if !d.is_dir() {
+        } else if d.is_dir() {
+            let mut meta = Vec::new();
+            if let Err(e) = dir::walk(pool, geo, d.root, &mut |p| meta.push(p), &mut |_| {}) {
+                self.problems.push(format!("directory {ino}: {e}"));
+            }
+            for p in meta {
+                self.mark_meta(geo, p, ino);
+            }
+        } else {
             self.problems.push(format!(
                 "inode {ino} has an unknown file type (mode {:o})",
                 d.mode

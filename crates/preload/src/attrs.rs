@@ -16,6 +16,7 @@ fn access_routed(r: Res<Route>, mode: c_int, flags: c_int) -> c_int {
         let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
         match side(r, follow)? {
             Side::Pool(fs, p) => ok(fs.access_at(None, &p, mode as u32, follow)),
+            Side::Removed(fs, d, _) => ok(fs.access_at(Some(&d), b".", mode as u32, follow)),
             Side::Real(p) => {
                 // SAFETY: the real call on the resolved path.
                 real_ret(unsafe { real::faccessat(libc::AT_FDCWD, p.as_ptr(), mode, flags) })
@@ -68,6 +69,7 @@ fn chmod_routed(r: Res<Route>, mode: mode_t, follow: bool) -> c_int {
         let _op = op();
         match side(r, follow)? {
             Side::Pool(fs, p) => ok(fs.chmod_at(None, &p, mode & 0o7777, follow)),
+            Side::Removed(fs, d, _) => ok(fs.chmod_at(Some(&d), b".", mode & 0o7777, follow)),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe {
                 real::fchmodat(
@@ -131,6 +133,7 @@ fn chown_routed(r: Res<Route>, uid: uid_t, gid: gid_t, follow: bool) -> c_int {
         let _op = op();
         match side(r, follow)? {
             Side::Pool(fs, p) => ok(fs.chown_at(None, &p, id(uid), id(gid), follow)),
+            Side::Removed(fs, d, _) => ok(fs.chown_at(Some(&d), b".", id(uid), id(gid), follow)),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe {
                 real::fchownat(
@@ -255,6 +258,7 @@ fn times_routed(
         let (a, m) = t?;
         match side(r, follow)? {
             Side::Pool(fs, p) => ok(fs.utimens_at(None, &p, a, m, follow)),
+            Side::Removed(fs, d, _) => ok(fs.utimens_at(Some(&d), b".", a, m, follow)),
             Side::Real(p) => real_ret(realf(p.as_ptr())),
         }
     })
@@ -383,6 +387,7 @@ fn xattr_routed(
                 fs.stat_at(None, &p, follow).map_err(en)?;
                 answer
             }
+            Side::Removed(..) => answer,
             Side::Real(p) => real_ret(realf(p.as_ptr())),
         }
     })

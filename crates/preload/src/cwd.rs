@@ -50,7 +50,14 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
                         .map_err(en)?;
                     // The directory itself, which relative paths then start from.
                     let h = fs.handle_of(m.ino).map_err(en)?;
-                    crate::vcwd::enter(strip_slash(p), h);
+                    crate::vcwd::enter(strip_slash(p), h)?;
+                    Ok(0)
+                }
+                // A removed directory (`cd ..` in one whose parent was removed too).
+                Side::Removed(fs, d, name) => {
+                    fs.access_at(Some(&d), b".", libc::X_OK as u32, true)
+                        .map_err(en)?;
+                    crate::vcwd::enter_held(name, d);
                     Ok(0)
                 }
                 Side::Real(p) => {
@@ -80,7 +87,7 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
             if !of.is_dir() {
                 return Err(libc::ENOTDIR);
             }
-            crate::vcwd::enter(of.path().to_vec(), of.handle());
+            crate::vcwd::enter(of.path().to_vec(), of.handle())?;
             Ok(0)
         })
     })
@@ -181,6 +188,13 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
 fn realpath_routed(r: Res<Route>, out: *mut c_char) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
         let _op = op();
+        // glibc's realpath starts a relative path from getcwd, which fails (ENOENT) in a
+        // removed directory, wherever the path leads.
+        if let Ok(Route::At { dir, .. }) = &r
+            && crate::removed::is_removed(crate::session::fs()?, dir.handle())
+        {
+            return Err(libc::ENOENT);
+        }
         match side(r, true)? {
             Side::Pool(fs, p) => {
                 let m = fs.stat(&p).map_err(en)?;
@@ -196,6 +210,8 @@ fn realpath_routed(r: Res<Route>, out: *mut c_char) -> *mut c_char {
                     }
                 })
             }
+            // A removed directory has no name (its descriptor's link, followed).
+            Side::Removed(..) => Err(libc::ENOENT),
             Side::Real(p) => {
                 // SAFETY: the real call on the resolved path.
                 let v = unsafe { real::realpath(p.as_ptr(), out) };

@@ -39,11 +39,24 @@ fn ours_dir(d: *mut DIR) -> Option<&'static mut EDir> {
     }
 }
 
+/// ENOENT if directory `of` has been removed: it lists nothing, not even its dots, as
+/// Linux's getdents gives (glibc's readdir then ends the stream).
+fn not_removed(of: &OpenFile) -> Res<()> {
+    if crate::removed::is_removed(session::fs()?, of.handle()) {
+        return Err(libc::ENOENT);
+    }
+    Ok(())
+}
+
 /// The next entry of a directory description, advancing its offset.
 pub fn next_entry(of: &OpenFile) -> Res<Option<DirEntry>> {
     let epoch = session::generation();
     let mut g = of.dir.lock().unwrap_or_else(|e| e.into_inner());
     let cookie = of.offset();
+    // Past its dots, a removed directory (empty) has nothing more to list anyway.
+    if cookie <= 2 {
+        not_removed(of)?;
+    }
     let stale = match &*g {
         Some((gn, rd)) => *gn != epoch || rd.tell() != cookie,
         None => true,
@@ -138,15 +151,17 @@ fn readdir_impl(d: &mut EDir) -> *mut dirent64 {
     guard(std::ptr::null_mut(), || {
         let _op = op();
         let of = table::get(d.fd).ok_or(libc::EBADF)?;
-        match next_entry(&of)? {
-            Some(e) => {
+        match next_entry(&of) {
+            Ok(Some(e)) => {
                 fill(&mut d.ent, &e);
                 Ok(&mut d.ent as *mut dirent64)
             }
-            None => {
+            // The end, also of a removed directory (as glibc treats getdents' ENOENT).
+            Ok(None) | Err(libc::ENOENT) => {
                 crate::util::set_errno(saved);
                 Ok(std::ptr::null_mut())
             }
+            Err(e) => Err(e),
         }
     })
 }
@@ -295,6 +310,7 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
             if !of.is_dir() {
                 return Err(libc::ENOTDIR);
             }
+            not_removed(&of)?;
             let mut done = 0usize;
             loop {
                 let prev = of.offset();

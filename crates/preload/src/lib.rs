@@ -48,6 +48,7 @@ pub mod process;
 pub mod real;
 pub mod realcwd;
 pub mod reclocks;
+pub mod removed;
 pub mod resolve;
 pub mod route;
 pub mod session;

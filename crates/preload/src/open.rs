@@ -111,6 +111,15 @@ fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int
         }
         match side(r, follow)? {
             Side::Pool(fs, p) => open_pool(fs, &p, flags, mode),
+            Side::Removed(fs, d, name) => {
+                if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+                    return Err(libc::EOPNOTSUPP);
+                }
+                let file = fs
+                    .open_at(Some(&d), b".", &options(flags, mode))
+                    .map_err(en)?;
+                install(file, name, true, flags)
+            }
             Side::Real(p) => {
                 // SAFETY: a valid C path; flags and mode as the caller gave them.
                 let fd = unsafe { real::open64(p.as_ptr(), flags, mode) };

@@ -5,7 +5,7 @@ use crate::resolve::{Resolved, resolve};
 use crate::route::Route;
 use crate::session;
 use crate::util::{Res, cstring, errno};
-use engram_core::{Fs, Handle};
+use engram_core::{File, Fs, Handle};
 use libc::c_int;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -61,6 +61,9 @@ pub enum Side {
     Real(CString),
     /// A canonical pool path.
     Pool(&'static Fs, Vec<u8>),
+    /// A removed directory, which has no path (`removed`): held for the call, which acts
+    /// on it as `*_at(Some(dir), ".")`; its name as last known (a hint).
+    Removed(&'static Fs, File, Vec<u8>),
 }
 
 pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
@@ -68,11 +71,16 @@ pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
     if let Route::Desc { fd, orig, .. } = r {
         return desc_side(fd, orig, follow);
     }
+    let fs = session::fs()?;
+    if let Route::At { dir, fd, rel } = &r
+        && let Some(s) = crate::removed::side(fs, *fd, dir.handle(), rel, follow)?
+    {
+        return Ok(s);
+    }
     let raw = match r.joined()? {
         Route::Ours(raw) => raw,
         _ => return Err(libc::EINVAL),
     };
-    let fs = session::fs()?;
     Ok(match resolve(fs, &raw, follow)? {
         Resolved::Inside(p) => Side::Pool(fs, p),
         Resolved::Outside(p) => Side::Real(cstring(&p)?),
@@ -99,6 +107,11 @@ fn desc_side(fd: c_int, orig: &[u8], follow: bool) -> Res<Side> {
         return Ok(Side::Pool(fs, path));
     }
     if of.is_dir() {
+        // A removed directory is reached through the link, as Linux's is.
+        if crate::removed::is_removed(fs, h) {
+            let dir = fs.hold_dir(h).map_err(crate::util::en)?;
+            return Ok(Side::Removed(fs, dir, path));
+        }
         return Ok(Side::Pool(fs, crate::vcwd::path_of_dir(h, true)?));
     }
     Err(libc::ENOENT)

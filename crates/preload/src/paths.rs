@@ -30,17 +30,24 @@ impl Any {
         match self {
             Any::Orig(fd, p) => Some((*fd, *p)),
             Any::Side(Side::Real(p)) => Some((libc::AT_FDCWD, p.as_ptr())),
-            Any::Side(Side::Pool(..)) => None,
+            Any::Side(Side::Pool(..) | Side::Removed(..)) => None,
         }
     }
 
-    fn pool(&self) -> Option<(&engram_core::Fs, &[u8])> {
+    /// A pool path: the directory it starts from (a removed one: `Side::Removed`), and the
+    /// path.
+    fn pool(&self) -> Option<(&engram_core::Fs, Option<&engram_core::File>, &[u8])> {
         match self {
-            Any::Side(Side::Pool(fs, p)) => Some((fs, p)),
+            Any::Side(Side::Pool(fs, p)) => Some((fs, None, p)),
+            Any::Side(Side::Removed(fs, d, _)) => Some((fs, Some(d), b".")),
             _ => None,
         }
     }
 }
+
+/// A pool path of a two-path call: the directory it starts from (None: the root), and
+/// the path.
+type PoolPath<'a> = (Option<&'a engram_core::File>, &'a [u8]);
 
 /// Where each path of a two-path call starts in the pool, and the path.
 type Starts<'a> = ((Option<Handle>, &'a [u8]), (Option<Handle>, &'a [u8]));
@@ -57,7 +64,7 @@ fn two(
     (fd2, p2): (c_int, *const c_char),
     follow1: bool,
     fast: Option<Fast>,
-    pool: impl FnOnce(&engram_core::Fs, &[u8], &[u8]) -> Res<c_int>,
+    pool: impl FnOnce(&engram_core::Fs, PoolPath, PoolPath) -> Res<c_int>,
     realf: impl FnOnce((c_int, *const c_char), (c_int, *const c_char)) -> c_int,
 ) -> c_int {
     // SAFETY: the caller's paths are valid C strings.
@@ -76,7 +83,7 @@ fn two(
         let a = Any::of(fd1, p1, r1, follow1)?;
         let b = Any::of(fd2, p2, r2, false)?;
         match (a.pool(), b.pool(), a.real(), b.real()) {
-            (Some((fs, x)), Some((_, y)), _, _) => pool(fs, x, y),
+            (Some((fs, da, a)), Some((_, db, b)), _, _) => pool(fs, (da, a), (db, b)),
             (_, _, Some(x), Some(y)) => real_ret(realf(x, y)),
             _ => Err(libc::EXDEV),
         }
@@ -127,11 +134,11 @@ pub(crate) fn renameat2_inside(
             (fd2, to),
             false,
             Some(&|fs, ((d1, a), (d2, b))| fs.rename_from(d1, a, d2, b, flags)),
-            |fs, a, b| {
+            |fs, (da, a), (db, b)| {
                 if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
                     return Err(libc::EINVAL);
                 }
-                ok(fs.rename_at(None, a, None, b, flags))
+                ok(fs.rename_at(da, a, db, b, flags))
             },
             // SAFETY: the real call with the caller's (or resolved) paths.
             |(f1, a), (f2, b)| unsafe {
@@ -168,7 +175,7 @@ pub unsafe extern "C" fn linkat(
             (fd2, to),
             follow,
             Some(&|fs, ((d1, a), (d2, b))| fs.link_from(d1, a, d2, b, follow)),
-            |fs, a, b| ok(fs.link_at(None, a, None, b, follow)),
+            |fs, (da, a), (db, b)| ok(fs.link_at(da, a, db, b, follow)),
             // SAFETY: the real call with the caller's (or resolved) paths.
             |(f1, a), (f2, b)| unsafe {
                 if f1 == libc::AT_FDCWD && f2 == libc::AT_FDCWD && flags == 0 {
@@ -209,6 +216,7 @@ pub unsafe extern "C" fn symlinkat(
             }
             match side(r, false)? {
                 Side::Pool(fs, p) => ok(fs.symlink(t, &p)),
+                Side::Removed(fs, d, _) => ok(fs.symlink_at(t, Some(&d), b".")),
                 Side::Real(p) => {
                     // SAFETY: the real call on the resolved path.
                     real_ret(unsafe { real::symlinkat(target, libc::AT_FDCWD, p.as_ptr()) })
@@ -239,6 +247,7 @@ fn readlink_routed(r: Res<Route>, out: *mut c_char, n: size_t) -> ssize_t {
         }
         match side(r, false)? {
             Side::Pool(fs, p) => copy_out(&fs.readlink(&p).map_err(en)?),
+            Side::Removed(fs, d, _) => copy_out(&fs.readlink_at(Some(&d), b".").map_err(en)?),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::readlink(p.as_ptr(), out, n) }),
         }
@@ -309,6 +318,7 @@ fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
         }
         match side(r, false)? {
             Side::Pool(fs, p) => ok(fs.mkdir(&p, masked)),
+            Side::Removed(fs, d, _) => ok(fs.mkdir_at(Some(&d), b".", masked)),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::mkdir(p.as_ptr(), mode) }),
         }
@@ -339,6 +349,7 @@ fn unlink_routed(r: Res<Route>, dir: bool) -> c_int {
         }
         match side(r, false)? {
             Side::Pool(fs, p) => ok(fs.unlink_at(None, &p, dir)),
+            Side::Removed(fs, d, _) => ok(fs.unlink_at(Some(&d), b".", dir)),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe {
                 real::unlinkat(
@@ -387,6 +398,7 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
                     let dir = fs.lstat(&p).map_err(en)?.is_dir();
                     ok(fs.unlink_at(None, &p, dir))
                 }
+                Side::Removed(fs, d, _) => ok(fs.unlink_at(Some(&d), b".", true)),
                 // SAFETY: the real call on the resolved path.
                 Side::Real(p) => real_ret(unsafe { real::remove(p.as_ptr()) }),
             }
@@ -418,6 +430,7 @@ fn truncate_routed(r: Res<Route>, len: off_t) -> c_int {
                 }
                 Ok(0)
             }
+            Side::Removed(..) => Err(libc::EISDIR),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::truncate64(p.as_ptr(), len) }),
         }
@@ -464,6 +477,8 @@ fn mknod_routed(r: Res<Route>, mode: mode_t, dev: libc::dev_t) -> c_int {
                 }
                 Err(libc::EPERM)
             }
+            // It exists, whatever the type asked for.
+            Side::Removed(..) => Err(libc::EEXIST),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::mknod(p.as_ptr(), mode, dev) }),
         }

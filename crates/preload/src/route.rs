@@ -264,10 +264,18 @@ impl<'a> Route<'a> {
     }
 
     /// This route with a path from the pool's root: a relative one is joined to the path
-    /// its directory was opened by (EBADF if the descriptor was closed meanwhile).
+    /// its directory was opened by (EBADF if the descriptor was closed meanwhile), or from
+    /// a removed directory to the path of the first one on the way up that has a name
+    /// (`removed::joined`).
     pub fn joined(self) -> Res<Route<'a>> {
         match self {
-            Route::At { dir, fd, rel } => Ok(Route::Ours(joined_path(fd, dir, rel, true)?.into())),
+            Route::At { dir, fd, rel } => Ok(Route::Ours(
+                match crate::removed::joined(dir.handle(), rel)? {
+                    Some(p) => p,
+                    None => joined_path(fd, dir, rel, true)?,
+                }
+                .into(),
+            )),
             r => Ok(r),
         }
     }

@@ -5,11 +5,13 @@
 //! is found again from the handle when something needs it (getcwd, a walk that leaves the
 //! pool). A handle belongs to one pool: one inherited across exec (`ENGRAM_CWD`) is used
 //! only once this process is connected to the pool it came from; until then, and in a
-//! process connected to another pool, relative paths start from the path.
+//! process connected to another pool, relative paths start from the path. The directory is
+//! held open meanwhile, as the kernel holds it: removed, it stays (empty, no links) with the
+//! parent it had, and paths from it behave as Linux's (`removed`).
 
-use crate::table::DirRef;
-use crate::util::Res;
-use engram_core::{Fs, Handle};
+use crate::table::{DirRef, release};
+use crate::util::{Res, en};
+use engram_core::{File, Fs, Handle};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,6 +22,10 @@ struct Vcwd {
     /// Canonical, from the pool's root, as last known.
     path: Vec<u8>,
     dir: Option<PoolDir>,
+    /// The directory held in this process (`Fs::hold_dir`), and the fork generation that
+    /// took the hold (a forked child holds it again through its own connection). Taken
+    /// once connected to the handle's pool; `None` inside if the directory had gone by then.
+    held: Option<(u64, Option<File>)>,
 }
 
 /// Set while the current directory is a directory of the pool.
@@ -27,6 +33,7 @@ static SET: AtomicBool = AtomicBool::new(false);
 static VCWD: Mutex<Vcwd> = Mutex::new(Vcwd {
     path: Vec::new(),
     dir: None,
+    held: None,
 });
 
 /// Directories above one another that `climb` goes up at most (a damaged pool's parent
@@ -82,8 +89,14 @@ pub fn start() -> Option<Start> {
         connected = crate::session::connected();
     }
     let pool = connected.map(|c| c.pool_id);
-    let g = lock();
-    let dir = g.dir.filter(|&(_, of)| Some(of) == pool);
+    let mut g = lock();
+    let mut dir = g.dir.filter(|&(_, of)| Some(of) == pool);
+    if dir.is_some() && !held_here(&g) {
+        drop(g);
+        hold(pool);
+        g = lock();
+        dir = g.dir.filter(|&(_, of)| Some(of) == pool);
+    }
     is_set().then(|| match dir {
         Some((h, _)) => Start::Dir(DirRef::from(h)),
         None => Start::Path(g.path.clone()),
@@ -99,31 +112,74 @@ pub fn exported() -> Option<(Vec<u8>, Option<PoolDir>)> {
     is_set().then(|| (g.path.clone(), g.dir))
 }
 
+/// Whether this process (not a parent it was forked from) holds the current directory.
+fn held_here(g: &Vcwd) -> bool {
+    g.held
+        .as_ref()
+        .is_some_and(|&(at, _)| at == crate::session::generation())
+}
+
+/// Hold the current directory if it is a directory of pool `pool` (the one this process is
+/// connected to) that this process does not hold yet: a fresh image or a forked child, at
+/// its first use. The hold is taken without the lock (it is a request to the pool).
+fn hold(pool: Option<u64>) {
+    let at = crate::session::generation();
+    let h = match lock().dir {
+        Some((h, of)) if Some(of) == pool => h,
+        _ => return,
+    };
+    let file = crate::session::fs().ok().and_then(|fs| fs.hold_dir(h).ok());
+    let mut g = lock();
+    let spare = if g.dir.is_some_and(|(d, _)| d == h) && !held_here(&g) {
+        g.held.replace((at, file))
+    } else {
+        Some((at, file))
+    };
+    drop(g);
+    if let Some((at, f)) = spare {
+        release(at, f);
+    }
+}
+
 /// Make directory `dir` of the pool this process is connected to (its canonical path from
-/// the pool's root, and its handle) the current directory.
-pub fn enter(path: Vec<u8>, dir: Handle) {
+/// the pool's root, and its handle) the current directory, held from now on. ENOENT if it
+/// has gone since it was found.
+pub fn enter(path: Vec<u8>, dir: Handle) -> Res<()> {
+    let fs = crate::session::fs()?;
+    let file = fs.hold_dir(dir).map_err(|e| match e.errno() {
+        libc::ESTALE => libc::ENOENT,
+        _ => en(e),
+    })?;
+    enter_held(path, file);
+    Ok(())
+}
+
+/// `enter` a directory already held (`Fs::hold_dir`) in this process's connection.
+pub fn enter_held(path: Vec<u8>, dir: File) {
     let pool = crate::session::connected().map(|c| c.pool_id);
-    set(Some((path, pool.map(|p| (dir, p)))));
+    let h = dir.handle();
+    let held = Some((crate::session::generation(), Some(dir)));
+    replace(Some((path, pool.map(|p| (h, p)))), held);
 }
 
 /// Make the directory at `path` the current directory, with its handle in pool `pool` when
 /// known (`Some((handle, pool))`), or leave the pool (None).
 pub fn set(to: Option<(Vec<u8>, Option<PoolDir>)>) {
+    replace(to, None);
+}
+
+fn replace(to: Option<(Vec<u8>, Option<PoolDir>)>, held: Option<(u64, Option<File>)>) {
+    let inside = to.is_some();
+    let (path, dir) = to.unwrap_or_default();
     let mut g = lock();
-    match to {
-        Some((path, dir)) => {
-            *g = Vcwd { path, dir };
-            SET.store(true, Ordering::Release);
-        }
-        None => {
-            *g = Vcwd {
-                path: Vec::new(),
-                dir: None,
-            };
-            SET.store(false, Ordering::Release);
-        }
-    }
+    let old = std::mem::replace(&mut *g, Vcwd { path, dir, held });
+    SET.store(inside, Ordering::Release);
     drop(g);
+    // Let go of the directory left (a request to the pool), not under the lock; one a
+    // forked-from parent took is the parent's to let go.
+    if let Some((at, f)) = old.held {
+        release(at, f);
+    }
     crate::cwd_env::export();
 }
 
@@ -166,8 +222,7 @@ pub fn current_path() -> Option<Res<Vec<u8>>> {
 /// is still `h`, else found from the handle (another thread changed directory since the
 /// route was made). ENOENT if it cannot be found (removed).
 pub fn path_of_dir(h: Handle, checked: bool) -> Res<Vec<u8>> {
-    let still = is_set() && lock().dir.is_some_and(|(d, _)| d == h);
-    if still {
+    if is_dir(h) {
         if checked {
             if let Some(p) = current_path() {
                 return p;
@@ -178,6 +233,11 @@ pub fn path_of_dir(h: Handle, checked: bool) -> Res<Vec<u8>> {
     }
     let conn = crate::session::connected().ok_or(libc::ENOENT)?;
     path_of(&conn.fs, h).ok_or(libc::ENOENT)
+}
+
+/// Whether the current directory is directory `h`.
+pub fn is_dir(h: Handle) -> bool {
+    is_set() && lock().dir.is_some_and(|(d, _)| d == h)
 }
 
 /// Whether `path` is the canonical path of the live directory `h`: it reaches `h` and goes
@@ -199,7 +259,7 @@ fn names(fs: &Fs, path: &[u8], h: Handle) -> bool {
 /// The path of directory `h` from the pool's root (`climb`); None if it was removed, or a
 /// directory on the way cannot be read. A climb that meets a rename in flight finds no path:
 /// it is tried again (a removed directory fails at once each time).
-fn path_of(fs: &Fs, h: Handle) -> Option<Vec<u8>> {
+pub fn path_of(fs: &Fs, h: Handle) -> Option<Vec<u8>> {
     (0..8).find_map(|_| climb(fs, h))
 }
 

@@ -96,6 +96,11 @@ fn stdio_on_pool_streams_gives_glibcs_results() {
 /// prefix as its argument (and, with `real_dir`, a directory outside the pool as a second);
 /// it prints OK when every check passed.
 fn c_program_via_daemon(name: &str, ok: &str, real_dir: bool) {
+    c_program_via_daemon_with(name, ok, real_dir, &[]);
+}
+
+/// `c_program_via_daemon` with `more` arguments after those.
+fn c_program_via_daemon_with(name: &str, ok: &str, real_dir: bool, more: &[&str]) {
     if !require("gcc", "gcc") {
         return;
     }
@@ -108,6 +113,7 @@ fn c_program_via_daemon(name: &str, ok: &str, real_dir: bool) {
         std::fs::create_dir_all(&real).unwrap();
         c.arg(real);
     }
+    c.args(more);
     let out = output(c, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -117,6 +123,13 @@ fn c_program_via_daemon(name: &str, ok: &str, real_dir: bool) {
         String::from_utf8_lossy(&out.stderr)
     );
     p.fsck();
+}
+
+/// tests/c/removedcwd.c through a daemon, where a child process removes the directories
+/// ("others") and a forked child works in the removed one too.
+#[test]
+fn a_removed_current_directory_works_as_in_a_real_directory() {
+    c_program_via_daemon_with("removedcwd", "REMOVEDCWD-OK", true, &["others"]);
 }
 
 /// posix_spawn file actions that name pool paths (chdir, open) are carried out through the

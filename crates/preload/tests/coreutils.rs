@@ -66,7 +66,8 @@ fn coreutils_round_trip_a_real_tree() {
 /// Shell redirections and pipes into the pool, cd into it and relative paths from there,
 /// a tree deeper than PATH_MAX made by `mkdir -p`, entered by cd, found by find and removed
 /// by `rm -rf`, and a current directory renamed (by the shell, then by a child process) or
-/// removed under the shell, all as in a real directory.
+/// removed under the shell (`ls` lists nothing there, `..` leads out), all as in a real
+/// directory.
 #[test]
 fn shell_redirections_pipes_and_cd() {
     let p = Pool::new("shell", 64);
@@ -127,6 +128,12 @@ $M/ren3/b"
         cd $M/gone
         rmdir $M/gone
         if /bin/pwd 2>/dev/null || touch h 2>/dev/null; then exit 1; fi
+        test -z "$(ls -a)"
+        test "$(ls -la)" = "total 0"
+        test "$(stat -c %h .)" = 0
+        test "$(cd -P .. && /bin/pwd)" = $M
+        cd $M
+        test "$(sh -c "mkdir g; cd g; rmdir ../g; ls; cd -P ..; /bin/pwd")" = $M
         cd /
         echo done
         "#);

@@ -171,6 +171,15 @@ fn a_tree_deeper_than_path_max_works_as_in_a_real_directory() {
     c_program_in_process("deep", "DEEP-OK", true);
 }
 
+/// A removed current directory (and a descriptor of one) works as Linux's: it lists
+/// nothing, takes no names, has no links and no name for getcwd, and `..` leads to the
+/// parent it had, also once that was removed too (tests/c/removedcwd.c, on a real
+/// directory first; here with the pool opened in the process).
+#[test]
+fn a_removed_current_directory_works_as_in_a_real_directory() {
+    c_program_in_process("removedcwd", "REMOVEDCWD-OK", true);
+}
+
 /// syscall(SYS_renameat2, …) under the prefix (gnulib's renameat2 makes it) and the
 /// descriptor calls libuv makes raw (close, statx, read, write…) go to the shim; other
 /// numbers go to the kernel.

@@ -80,6 +80,16 @@ impl Fs {
         Ok(file)
     }
 
+    /// Hold directory `h` open without reading it (no permission asked: whoever reached it
+    /// may), as the kernel holds a process's current directory. Removed meanwhile, it stays
+    /// (empty, no links) until dropped, and so does the parent it had.
+    pub fn hold_dir(&self, h: Handle) -> Result<File> {
+        if !self.stat_handle(h)?.is_dir() {
+            return Err(Error::ENOTDIR);
+        }
+        File::new(self.clone(), h, OpenOptions::new())
+    }
+
     pub fn read_dir_handle(&self, h: Handle) -> Result<ReadDir> {
         let m = self.stat_handle(h)?;
         if !m.is_dir() {

@@ -33,7 +33,9 @@ impl Server {
         let mut fixes: Vec<Entry> = Vec::new();
         let mut touched = Vec::new();
         let mut orphans = Vec::new();
-        let open: Vec<u64> = self.open.keys().copied().collect();
+        let open: Vec<u64> = (self.open.keys().chain(self.kept_parents.keys()))
+            .copied()
+            .collect();
         for ino in open {
             if !census.inodes.contains_key(&ino) {
                 let d = self.read_inode(ino);

@@ -71,6 +71,9 @@ pub struct Server {
     /// Open handles per inode and client: files stay alive after their last name is
     /// removed, and a client's handles are released when it goes away.
     open: FastMap<u64, opens::Holders>,
+    /// Directories removed while in use (open, or themselves kept), counted per parent:
+    /// the parent is kept too, as Linux keeps a removed directory's `..` (`opens.rs`).
+    kept_parents: FastMap<u64, u32>,
     reservations: FastMap<ClientId, Reserved>,
     /// Reused lists of write commits.
     scratch: Option<Box<data::Scratch>>,
@@ -132,6 +135,7 @@ impl Server {
             shared,
             checkpoints: 0,
             open: FastMap::default(),
+            kept_parents: FastMap::default(),
             reservations: FastMap::default(),
             scratch: None,
             created: FastMap::default(),
@@ -443,7 +447,9 @@ impl Server {
             self.closed = true;
             return Err(e);
         }
-        let orphans: Vec<u64> = self.open.drain().map(|(i, _)| i).collect();
+        // What was kept without a name: open, or the parent of a removed directory kept.
+        let mut orphans: Vec<u64> = self.open.drain().map(|(i, _)| i).collect();
+        orphans.extend(self.kept_parents.drain().map(|(i, _)| i));
         for ino in orphans {
             let d = self.read_inode(ino);
             if !d.is_free() && d.nlink == 0 {

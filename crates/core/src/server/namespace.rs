@@ -497,7 +497,7 @@ impl Server {
         } else {
             d.nlink.saturating_sub(1)
         };
-        if nlink == 0 && !self.is_open(ino) {
+        if nlink == 0 && !self.in_use(ino) {
             // The slot is freed by this record: its link count and ctime are dead (every
             // reader tests the mode first; an inode made in the slot gets a whole record).
             return self.stage_free((ino, d), out, retired);
@@ -552,6 +552,7 @@ impl Server {
             if rmdir {
                 // Its number may come back as another directory: no stale hints for it.
                 self.dir_hints.borrow_mut().forget(de.ino);
+                self.removed_dir(de.ino, parent.ino);
             }
         }
         self.put_bufs(out, retired);

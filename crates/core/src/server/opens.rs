@@ -215,13 +215,60 @@ impl Server {
             .is_some_and(|h| h.find(client).is_some())
     }
 
-    /// The last handle of `ino` is closed: free it if it has no name left.
+    /// The last handle of `ino` is closed: free it if it has no name left and is not the
+    /// parent of a removed directory still kept.
     fn free_if_unlinked(&mut self, ino: u64) -> Result<()> {
         // Most files closed still have a name: one load tells.
-        if self.u32_field(ino, field::NLINK) == 0 && self.u32_field(ino, field::MODE) != 0 {
-            self.free_inode(ino)?;
+        if self.u32_field(ino, field::NLINK) == 0
+            && self.u32_field(ino, field::MODE) != 0
+            && !self.kept_parents.contains_key(&ino)
+        {
+            self.free_kept(ino)?;
         }
         Ok(())
+    }
+
+    /// Free `ino`, kept without a name until now. A directory no longer keeps its parent,
+    /// which goes too if it was removed meanwhile and nothing else keeps it (and so on up).
+    fn free_kept(&mut self, mut ino: u64) -> Result<()> {
+        loop {
+            let d = self.read_inode(ino);
+            self.free_inode(ino)?;
+            if !d.is_dir() {
+                return Ok(());
+            }
+            let p = d.parent;
+            let Some(n) = self.kept_parents.get_mut(&p) else {
+                return Ok(());
+            };
+            *n -= 1;
+            if *n > 0 {
+                return Ok(());
+            }
+            self.kept_parents.remove(&p);
+            if self.is_open(p)
+                || self.u32_field(p, field::NLINK) != 0
+                || self.u32_field(p, field::MODE) == 0
+            {
+                return Ok(());
+            }
+            ino = p;
+        }
+    }
+
+    /// Whether `ino` stays when its last name goes: open, or the parent of a removed
+    /// directory that stays (Linux keeps a directory in use, and its `..`, until the last
+    /// user lets go: `stat("..")` and `chdir("..")` in a removed current directory).
+    pub(crate) fn in_use(&self, ino: u64) -> bool {
+        self.is_open(ino) || self.kept_parents.contains_key(&ino)
+    }
+
+    /// Directory `ino`, in `parent`, has just been removed: if it stays (in use), it keeps
+    /// `parent` until it goes.
+    pub(crate) fn removed_dir(&mut self, ino: u64, parent: u64) {
+        if self.in_use(ino) {
+            *self.kept_parents.entry(parent).or_default() += 1;
+        }
     }
 
     /// A client is gone: drop every handle it held (freeing what no longer has a name or

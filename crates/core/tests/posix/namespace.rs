@@ -63,6 +63,60 @@ fn rmdir_dotdot_is_enotempty() {
     assert_clean(&fs);
 }
 
+/// A directory removed while held (a process's current directory) stays, empty and without
+/// links, and so does the parent it had, also once that is removed too: `..` leads there,
+/// as Linux keeps a removed directory's d_parent. Nothing can be made in either; both go
+/// when the hold is dropped (or at unmount). A directory replaced by a rename is removed
+/// the same way.
+#[test]
+fn a_removed_directory_in_use_keeps_its_parent() {
+    let (p, fs) = new_fs("removedheld", 16);
+    let handle = |path: &str| fs.handle_of(fs.stat(path).unwrap().ino).unwrap();
+    let files_free = fs.statfs().unwrap().files_free;
+    fs.mkdir("/a", 0o755).unwrap();
+    fs.mkdir("/a/p", 0o755).unwrap();
+    fs.mkdir("/a/p/c", 0o755).unwrap();
+    let (a, ph) = (handle("/a"), handle("/a/p"));
+    let c = fs.hold_dir(handle("/a/p/c")).unwrap();
+    fs.rmdir("/a/p/c").unwrap();
+    fs.rmdir("/a/p").unwrap();
+    assert_errno(fs.stat("/a/p"), ENOENT);
+    let m = fs.stat_handle(c.handle()).unwrap();
+    assert!(m.is_dir() && m.nlink == 0);
+    let (up, um) = fs.lookup_in(c.handle(), b"..").unwrap();
+    assert_eq!((up, um.nlink), (ph, 0));
+    assert_eq!(fs.lookup_in(ph, b"..").unwrap().0, a);
+    assert_errno(fs.mkdir_in(c.handle(), b"x", 0o755), ENOENT);
+    assert_errno(fs.create_in(ph, b"x", 0o644, false), ENOENT);
+    assert_errno(fs.lookup_in(c.handle(), b"x"), ENOENT);
+    assert_clean(&fs);
+    drop(c);
+    assert_errno(fs.stat_handle(ph), libc::ESTALE);
+    assert_eq!(fs.stat("/a").unwrap().nlink, 2);
+
+    // Replaced by a rename: /b/t's directory stays, and keeps /b once that is removed.
+    fs.mkdir("/b", 0o755).unwrap();
+    fs.mkdir("/b/t", 0o755).unwrap();
+    fs.mkdir("/b/s", 0o755).unwrap();
+    let b = handle("/b");
+    let t = fs.hold_dir(handle("/b/t")).unwrap();
+    fs.rename("/b/s", "/b/t").unwrap();
+    fs.rename("/b/t", "/s").unwrap();
+    fs.rmdir("/b").unwrap();
+    assert_eq!(fs.stat_handle(t.handle()).unwrap().nlink, 0);
+    assert_eq!(fs.lookup_in(t.handle(), b"..").unwrap().0, b);
+    assert_clean(&fs);
+    // Still held at unmount: both are freed there.
+    fs.unmount().unwrap();
+    drop(t);
+    let fs = p.open();
+    assert!(fs.mount_info().was_clean);
+    fs.rmdir("/s").unwrap();
+    fs.rmdir("/a").unwrap();
+    assert_eq!(fs.statfs().unwrap().files_free, files_free);
+    assert_clean(&fs);
+}
+
 #[test]
 fn rename_files_and_dirs() {
     let (p, fs) = new_fs("rename", 16);

@@ -190,6 +190,12 @@ impl Server {
         });
         if r.is_ok() {
             self.retire(&retired);
+            // A directory replaced by this rename is removed like one rmdir removes.
+            if let (false, Some(dd), Some(d)) = (exchange, &dd, &d)
+                && d.is_dir()
+            {
+                self.removed_dir(dd.ino, to.ino);
+            }
         }
         self.put_bufs(out, retired);
         r.map(|()| Response::Done)
