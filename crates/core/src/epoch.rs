@@ -72,6 +72,45 @@ pub struct Epochs {
     global: Atomics,
     groups: Vec<Atomics>,
     mine: usize,
+    /// The groups a scan reads (the daemon's connected clients), if not all of them.
+    live: Option<Arc<LiveGroups>>,
+}
+
+/// Which groups are in use, a bit each: the daemon has room for many clients, and a scan of
+/// every place would read 32 slots for each, connected or not.
+pub struct LiveGroups(Box<[AtomicU64]>);
+
+impl LiveGroups {
+    pub fn new(groups: usize) -> LiveGroups {
+        LiveGroups(
+            (0..groups.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        )
+    }
+
+    /// Group `g` is scanned from now on: set before its owner can pin.
+    pub fn set(&self, g: usize) {
+        self.0[g / 64].fetch_or(1 << (g % 64), Ordering::SeqCst);
+    }
+
+    /// Group `g` is no longer scanned: cleared once its owner is gone.
+    pub fn unset(&self, g: usize) {
+        self.0[g / 64].fetch_and(!(1 << (g % 64)), Ordering::SeqCst);
+    }
+
+    fn each(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::SeqCst);
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
 }
 
 /// While held, nothing retired at or after the pinned epoch is reused.
@@ -97,6 +136,7 @@ impl Epochs {
             global,
             groups: vec![Atomics::zeroed(slots)],
             mine: 0,
+            live: None,
         }
     }
 
@@ -108,6 +148,15 @@ impl Epochs {
             global,
             groups,
             mine,
+            live: None,
+        }
+    }
+
+    /// Scan only the groups `live` names (the server's view of its clients' slots).
+    pub fn scanning_only(self, live: Arc<LiveGroups>) -> Epochs {
+        Epochs {
+            live: Some(live),
+            ..self
         }
     }
 
@@ -199,11 +248,17 @@ impl Epochs {
         self.global[0].fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let mut min = self.global[0].load(Ordering::SeqCst);
-        for s in self.groups.iter().flat_map(|g| g.iter()) {
-            let v = s.load(Ordering::SeqCst);
-            if v != 0 && v < min {
-                min = v;
+        let mut scan = |g: &Atomics| {
+            for s in g.iter() {
+                let v = s.load(Ordering::SeqCst);
+                if v != 0 && v < min {
+                    min = v;
+                }
             }
+        };
+        match &self.live {
+            Some(live) => live.each().for_each(|g| scan(&self.groups[g])),
+            None => self.groups.iter().for_each(scan),
         }
         min
     }
@@ -403,6 +458,37 @@ mod tests {
         // Items retired while no reader was pinned come free at the next reclaim.
         let tag = e.retire_tag();
         assert!(e.safe_epoch() > tag);
+    }
+
+    /// The server's scan reads only the groups marked live: a pin in one holds back
+    /// reclamation, also in a group past the first word of the set; an unmarked group is
+    /// not read (a departed client's place).
+    #[test]
+    fn a_scan_reads_the_live_groups_only() {
+        let global = Atomics::zeroed(1);
+        global[0].store(1, Ordering::Relaxed);
+        let groups: Vec<Atomics> = (0..130).map(|_| Atomics::zeroed(4)).collect();
+        let live = Arc::new(LiveGroups::new(130));
+        let e = Epochs::shared(global, groups, usize::MAX).scanning_only(live.clone());
+        // Stores into the slots, as a client's pin makes them.
+        let (s70, s129) = (&e.groups[70][2], &e.groups[129][0]);
+        s70.store(1, Ordering::SeqCst);
+        assert!(
+            e.safe_epoch() > 1,
+            "group 70 is not live: its slot is not read"
+        );
+        live.set(70);
+        assert_eq!(e.safe_epoch(), 1, "group 70's pin holds reclamation back");
+        live.unset(70);
+        s129.store(2, Ordering::SeqCst);
+        live.set(129);
+        assert_eq!(
+            e.safe_epoch(),
+            2,
+            "group 129's pin, in the set's third word"
+        );
+        live.unset(129);
+        assert!(e.safe_epoch() > 2);
     }
 
     #[test]

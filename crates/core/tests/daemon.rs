@@ -12,6 +12,8 @@ mod in_place;
 mod isolation;
 #[path = "daemon/killed.rs"]
 mod killed;
+#[path = "daemon/many_clients.rs"]
+mod many_clients;
 #[path = "daemon/mapped.rs"]
 mod mapped;
 #[path = "daemon/pool_file.rs"]

@@ -210,6 +210,35 @@ fn fallocate_punches_holes_and_zeroes_ranges() {
     p.fsck();
 }
 
+/// More processes than a daemon once served (64), and than one `futex_waitv` can sleep on
+/// (128), connected at once: 150 background subshells each write a file and wait (a
+/// builtin `test` in a loop, a request each time) until all have written; then each
+/// appends a line.
+#[test]
+fn a_hundred_and_fifty_processes_share_the_daemon_at_once() {
+    let p = Pool::new("many", 64);
+    let out = p.sh(r#"
+        M=/mnt/engram
+        n=150
+        for i in $(seq $n); do
+            (echo $i > $M/f$i; while [ ! -e $M/go ]; do sleep 0.05; done; echo again >> $M/f$i) &
+        done
+        for t in $(seq 600); do
+            [ "$(ls $M | wc -l)" -ge $n ] && break
+            sleep 0.05
+        done
+        touch $M/go
+        wait
+        rm $M/go
+        cat $M/f* | grep -c again
+        cat $M/f* | grep -v again | sort -un | wc -l
+        ls $M | wc -l
+        "#);
+    let lines: Vec<&str> = out.lines().map(str::trim).collect();
+    assert_eq!(lines, ["150", "150", "150"], "{out}");
+    p.fsck();
+}
+
 /// git and `sed -i`: they make their files with mkstemp (which glibc serves with its own
 /// internal open) and git removes its lock files from exit handlers.
 #[test]

@@ -208,6 +208,11 @@ impl EngramTarget {
             .as_ref()
             .expect("the file system is open until drop")
     }
+
+    /// The daemon's socket, for more clients (None in-process).
+    pub fn socket(&self) -> Option<&Path> {
+        self.daemon.as_ref().map(|d| d.socket.as_path())
+    }
 }
 
 impl Drop for EngramTarget {

@@ -4,6 +4,7 @@ use super::futex;
 use super::handshake::{self, Hello};
 use super::idle;
 use super::shm::{self, ClientRegion, Common, SLOTS_PER_CLIENT};
+use super::wake::Wake;
 use crate::epoch::{Epochs, SeqTable};
 use crate::error::{Error, Result};
 use crate::request::{Request, Response};
@@ -65,6 +66,8 @@ pub struct Remote {
     common_fd: OwnedFd,
     /// This client's own region: doorbell, epoch slots, request slots.
     mine: ClientRegion,
+    /// The word to ring when the server sleeps (every client's).
+    wake: Wake,
     pub hello: Hello,
     /// Kept open: the server notices the client is gone when it closes.
     stream: UnixStream,
@@ -94,15 +97,17 @@ impl Remote {
             )
         })?;
         let stream = UnixStream::from(above_min(OwnedFd::from(stream)));
-        let (hello, [common_fd, mine]) = handshake::recv_hello(&stream)
+        let (hello, [common_fd, mine, wake]) = handshake::recv_hello(&stream)
             .map_err(|e| Error::with_msg(libc::EPROTO, format!("daemon handshake failed: {e}")))?;
         let common_fd = above_min(common_fd);
         let common = Common::attach(&common_fd)?;
         let mine = ClientRegion::attach(&mine)?;
+        let wake = Wake::attach(&wake)?;
         Ok(Remote {
             common,
             common_fd,
             mine,
+            wake,
             hello,
             stream,
             gone: AtomicBool::new(false),
@@ -272,13 +277,15 @@ impl Remote {
         slot.put_request(payload)
             .map_err(|e| Error::with_msg(libc::E2BIG, e.to_string()))?;
         slot.request_seq().store(seq, Ordering::Release);
-        // The doorbell's locked add also orders the request before the `sleeping` check: a
-        // server that announced its sleep after this either finds the request in its last
-        // scan or sees the doorbell change.
-        let bell = self.mine.region().bell();
-        bell.fetch_add(1, Ordering::SeqCst);
+        // The doorbell's locked add orders the request before the `sleeping` check (a line
+        // of this client's own, which the server does not read): a server that announced
+        // its sleep after this finds the request in its last scan; one that announced it
+        // before sees the wake word change, or is woken.
+        self.mine.region().bell().fetch_add(1, Ordering::SeqCst);
         if self.common.sleeping().load(Ordering::SeqCst) != 0 {
-            futex::wake(bell);
+            let word = self.wake.word();
+            word.fetch_add(1, Ordering::SeqCst);
+            futex::wake(word);
         }
         Ok(seq)
     }

@@ -1,7 +1,7 @@
 //! The socket handshake: the server tells a new client who it is and where the pool is, and
-//! hands over two shared-memory descriptors (SCM_RIGHTS): the common region (which the client
-//! can only map read-only) and the client's own region; it learns the client's credentials
-//! from the socket (SO_PEERCRED), never from what the client says.
+//! hands over three shared-memory descriptors (SCM_RIGHTS): the common region (which the
+//! client can only map read-only), the client's own region and the wake region; it learns
+//! the client's credentials from the socket (SO_PEERCRED), never from what the client says.
 
 use crate::perm::Creds;
 use std::io::{self, Read};
@@ -21,8 +21,9 @@ pub struct Hello {
     pub pool_path: Vec<u8>,
 }
 
-/// Descriptors the greeting carries: the common region, then the client's region.
-pub const FDS: usize = 2;
+/// Descriptors the greeting carries: the common region, the client's region, the wake
+/// region.
+pub const FDS: usize = 3;
 
 /// Room for one control message carrying FDS descriptors (u64s keep it aligned).
 fn control_buffer() -> Vec<u64> {
@@ -140,14 +141,24 @@ pub fn recv_hello(stream: &UnixStream) -> io::Result<(Hello, [OwnedFd; FDS])> {
     let raw = unsafe {
         let c = libc::CMSG_FIRSTHDR(&hdr);
         let want = libc::CMSG_LEN((FDS * std::mem::size_of::<RawFd>()) as u32) as usize;
-        if c.is_null()
-            || (*c).cmsg_level != libc::SOL_SOCKET
-            || (*c).cmsg_type != libc::SCM_RIGHTS
-            || (*c).cmsg_len != want
+        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "handshake carried no descriptors",
+            ));
+        }
+        if (*c).cmsg_len != want {
+            // Another number of regions: a daemon of another build. What came is closed.
+            let n = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+            let first = libc::CMSG_DATA(c) as *const RawFd;
+            for i in 0..n {
+                libc::close(std::ptr::read_unaligned(first.add(i)));
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the daemon is of another EngramFS version: stop it (or let it exit when idle) \
+                 and start this version's",
             ));
         }
         std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [RawFd; FDS])

@@ -5,8 +5,10 @@ mod client;
 mod futex;
 mod handshake;
 mod idle;
+mod scan;
 mod serve;
 pub mod shm;
+mod wake;
 mod watch;
 
 pub use client::{MIN_FD, Remote};

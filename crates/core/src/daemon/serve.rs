@@ -1,11 +1,13 @@
 //! The server side of the daemon: serve requests from the clients' slots in shared memory,
 //! clean up after clients that go away (the watcher thread in `watch` accepts them and
-//! notices their departure). An idle server sleeps on futexes without a timeout: each
-//! client's doorbell, a control word the watcher rings, and the stop word.
+//! notices their departure). An idle server sleeps on futexes without a timeout: the wake
+//! word every client rings (`wake`), a control word the watcher rings, and the stop word.
 
 use super::futex::{self, Waiter};
 use super::idle::{self, Idle};
+use super::scan::Clients;
 use super::shm::{self, ClientArea, Common, SLOTS_PER_CLIENT};
+use super::wake::Wake;
 use super::watch;
 use crate::epoch::Epochs;
 use crate::error::{Error, Result};
@@ -214,12 +216,33 @@ pub fn serve_until(
     run(pool_path, opts, StopBy::Stop(stop), log)
 }
 
+/// Each client holds two of the daemon's descriptors (its socket and a pidfd): the usual
+/// soft limit of 1,024 would refuse clients long before `shm::MAX_CLIENTS`. Raised to the
+/// hard limit (at most 65,536).
+fn raise_descriptor_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return;
+    }
+    let want = r.rlim_max.min(1 << 16);
+    if r.rlim_cur < want {
+        r.rlim_cur = want;
+        // SAFETY: setrlimit reads a local struct; a failure leaves the limit as it was.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+    }
+}
+
 fn run(
     pool_path: &Path,
     opts: &ServeOptions,
     stop: StopBy<'_>,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
+    raise_descriptor_limit();
     let pool = Pool::open(pool_path)
         .map_err(|e| Error::with_msg(crate::error::io_errno(&e), e.to_string()))?;
     pool.try_lock_exclusive()
@@ -241,9 +264,11 @@ fn run(
         ));
     }
     let (common, common_fd) = Common::create(m.sb.geometry.inode_count)?;
+    let (wake, wake_fd) = Wake::create()?;
     let area = ClientArea::new()?;
+    let epochs = Epochs::shared(common.global_epoch(), area.epoch_groups(), shm::MAX_CLIENTS);
     let shared = Arc::new(server::Shared {
-        epochs: Epochs::shared(common.global_epoch(), area.epoch_groups(), shm::MAX_CLIENTS),
+        epochs: epochs.scanning_only(area.live()),
         seqs: common.seqs(),
         mapped: common.mapped(),
         several_writers: common.several_writers(),
@@ -276,8 +301,16 @@ fn run(
         log_clients: opts.log_clients,
     };
     let result = std::thread::scope(|scope| {
-        let watcher = scope.spawn(|| watch::watch(&listener, &sh, &common_fd, &abs_path, log));
-        let r = run_loop(&mut server, &common, &sh, stop, opts.idle_exit, log);
+        let watcher =
+            scope.spawn(|| watch::watch(&listener, &sh, &common_fd, &wake_fd, &abs_path, log));
+        let r = run_loop(
+            &mut server,
+            (&common, &wake),
+            &sh,
+            stop,
+            opts.idle_exit,
+            log,
+        );
         sh.quit.store(true, Ordering::SeqCst);
         sh.wake_watcher();
         let _ = watcher.join();
@@ -305,22 +338,16 @@ fn run(
 }
 
 /// A live client as the server loop sees it.
-struct Client {
-    id: ClientId,
-    index: usize,
-    creds: Creds,
-}
-
 /// Serve requests until stopped.
 fn run_loop(
     server: &mut Server,
-    common: &Common,
+    (common, wake): (&Common, &Wake),
     sh: &Shared<'_>,
     stop: StopBy<'_>,
     idle_exit: Option<Duration>,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
-    let mut clients: Vec<Client> = Vec::new();
+    let mut clients = Clients::default();
     let mut seen_version = u64::MAX;
     let mut ctl_handled: Option<u32> = None;
     let mut idle = Idle::new();
@@ -372,15 +399,8 @@ fn run_loop(
             let c = lock(&sh.conns);
             if c.version != seen_version {
                 seen_version = c.version;
-                clients = c
-                    .live
-                    .iter()
-                    .map(|(&id, conn)| Client {
-                        id,
-                        index: conn.index,
-                        creds: conn.creds.clone(),
-                    })
-                    .collect();
+                let live = c.live.iter();
+                clients.refresh(live.map(|(&id, conn)| (id, conn.index, conn.creds.clone())));
             }
         }
         // Write-backs of dead clients' mappings that found a write in flight.
@@ -391,7 +411,7 @@ fn run_loop(
             }
         }
         let idle_deadline = match idle_exit {
-            Some(d) if clients.is_empty() => {
+            Some(d) if clients.list.is_empty() => {
                 let at = last_client + d;
                 if Instant::now() >= at {
                     log("idle with no clients: exiting");
@@ -402,7 +422,7 @@ fn run_loop(
             _ => None,
         };
         if let Some(client_here) =
-            serve_slots(server, sh, &clients, &mut buf, &mut active, &idle, log)
+            serve_slots(server, sh, &mut clients, &mut buf, &mut active, &idle, log)
         {
             idle.served(client_here);
             continue;
@@ -415,19 +435,13 @@ fn run_loop(
             std::thread::yield_now();
             continue;
         }
-        // Sleep. Note each doorbell, announce the sleep, and scan once more: a client that
-        // posts after the scan sees the announcement and rings, which changes its doorbell
+        // Sleep. Note the wake word, announce the sleep, and scan once more: a client that
+        // posts after the scan sees the announcement and rings, which changes the wake word
         // (so the wait returns at once) or wakes the wait.
-        let bells: Vec<(&AtomicU32, u32)> = clients
-            .iter()
-            .map(|c| {
-                let b = sh.area.region(c.index).bell();
-                (b, b.load(Ordering::SeqCst))
-            })
-            .collect();
+        let rung = wake.word().load(Ordering::SeqCst);
         common.sleeping().store(1, Ordering::SeqCst);
         if let Some(client_here) =
-            serve_slots(server, sh, &clients, &mut buf, &mut active, &idle, log)
+            serve_slots(server, sh, &mut clients, &mut buf, &mut active, &idle, log)
         {
             idle.served(client_here);
         } else if !stop.stopped() {
@@ -443,11 +457,11 @@ fn run_loop(
                     private: true,
                 });
             }
-            waiters.extend(bells.iter().map(|&(word, expected)| Waiter {
-                word,
-                expected,
+            waiters.push(Waiter {
+                word: wake.word(),
+                expected: rung,
                 private: false,
-            }));
+            });
             let poll = match stop {
                 StopBy::Flag(_) => Some(Instant::now() + FLAG_POLL),
                 StopBy::Stop(_) => None,
@@ -477,20 +491,28 @@ fn run_loop(
 fn serve_slots(
     server: &mut Server,
     sh: &Shared<'_>,
-    clients: &[Client],
+    clients: &mut Clients,
     (buf, inbuf): &mut (Writer, Vec<u8>),
     active: &mut FastSet<ClientId>,
     idle: &Idle,
     log: &(dyn Fn(&str) + Sync),
 ) -> Option<bool> {
     let mut any = None;
-    for c in clients {
+    let clock = clients.start_scan();
+    let mut list = std::mem::take(&mut clients.list);
+    for c in &mut list {
         let region = sh.area.region(c.index);
+        if !c.due(region.bell()) {
+            continue;
+        }
+        let look = Clients::before(c, clock, region.bell());
+        let mut found = false;
         for i in 0..SLOTS_PER_CLIENT {
             let slot = region.slot(i);
             let Some(seq) = slot.pending() else {
                 continue;
             };
+            found = true;
             any.get_or_insert(false);
             active.insert(c.id);
             let mut kind = "undecodable request";
@@ -534,7 +556,9 @@ fn serve_slots(
                 }
             }
         }
+        clients.scanned(c, look, found);
     }
+    clients.list = list;
     any
 }
 

@@ -18,7 +18,7 @@
 //! a slot whose request number differs from its reply's is read, lengths are clamped,
 //! epochs only hold reclamation back.
 
-use crate::epoch::{Atomics, SeqTable};
+use crate::epoch::{Atomics, LiveGroups, SeqTable};
 use crate::inode_bits::InodeBits;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -30,10 +30,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM4");
 /// The client region's layout version is its last byte: a client and a daemon of builds
 /// with different slot layouts must refuse each other, not wait for replies in the wrong
-/// place (2: request and reply blocks split by writer).
-const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI2");
+/// place (2: request and reply blocks split by writer; 3: the server sleeps on the wake
+/// region's word, not on the doorbells).
+const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI3");
 const PAGE: usize = 4096;
-pub const MAX_CLIENTS: usize = 64;
+/// Places for clients (virtual memory only until one connects: about 800 KiB each).
+pub const MAX_CLIENTS: usize = 1024;
 pub const SLOTS_PER_CLIENT: usize = 8;
 pub const EPOCHS_PER_CLIENT: usize = 32;
 /// Bytes of request or reply a slot carries (an 8 MiB write commit of scattered pages fits).
@@ -57,9 +59,9 @@ const R_SLOTS: usize = PAGE;
 /// Bytes of one client region.
 pub const CLIENT_BYTES: usize = (R_SLOTS + SLOTS_PER_CLIENT * SLOT_BYTES).div_ceil(PAGE) * PAGE;
 
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
+pub(super) struct Mapping {
+    pub(super) ptr: *mut u8,
+    pub(super) len: usize,
 }
 
 // SAFETY: the mapping is plain shared memory accessed through atomics and the slot protocol.
@@ -75,7 +77,12 @@ impl Drop for Mapping {
     }
 }
 
-fn mmap(fd: Option<&OwnedFd>, len: usize, prot: i32, at: Option<*mut u8>) -> io::Result<*mut u8> {
+pub(super) fn mmap(
+    fd: Option<&OwnedFd>,
+    len: usize,
+    prot: i32,
+    at: Option<*mut u8>,
+) -> io::Result<*mut u8> {
     let (flags, raw) = match fd {
         Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
         None => (
@@ -104,7 +111,7 @@ fn mmap(fd: Option<&OwnedFd>, len: usize, prot: i32, at: Option<*mut u8>) -> io:
 }
 
 /// A fresh memfd of `len` bytes that can be sealed.
-fn memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+pub(super) fn memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
     // SAFETY: memfd_create with a NUL-terminated name.
     let raw =
         unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
@@ -120,7 +127,7 @@ fn memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-fn seal(fd: &OwnedFd, seals: i32) -> io::Result<()> {
+pub(super) fn seal(fd: &OwnedFd, seals: i32) -> io::Result<()> {
     // SAFETY: adding seals to a memfd we own.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
         return Err(io::Error::last_os_error());
@@ -129,7 +136,7 @@ fn seal(fd: &OwnedFd, seals: i32) -> io::Result<()> {
 }
 
 /// The size of the file behind `fd`.
-fn fd_len(fd: &OwnedFd) -> io::Result<usize> {
+pub(super) fn fd_len(fd: &OwnedFd) -> io::Result<usize> {
     // SAFETY: fstat fills a stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid buffer for fstat.
@@ -139,7 +146,7 @@ fn fd_len(fd: &OwnedFd) -> io::Result<usize> {
     Ok(st.st_size as usize)
 }
 
-fn bad(what: &str) -> io::Error {
+pub(super) fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
@@ -389,6 +396,8 @@ impl ClientRegion {
 /// The server's view of every client region: one reserved area, MAX_CLIENTS places.
 pub struct ClientArea {
     map: Arc<Mapping>,
+    /// The places a client's region is installed at: those the epoch scan reads.
+    live: Arc<LiveGroups>,
 }
 
 impl ClientArea {
@@ -397,7 +406,13 @@ impl ClientArea {
         let ptr = mmap(None, len, libc::PROT_READ | libc::PROT_WRITE, None)?;
         Ok(ClientArea {
             map: Arc::new(Mapping { ptr, len }),
+            live: Arc::new(LiveGroups::new(MAX_CLIENTS)),
         })
+    }
+
+    /// Which places hold a client's region (see `Epochs::scanning_only`).
+    pub fn live(&self) -> Arc<LiveGroups> {
+        self.live.clone()
     }
 
     fn base(&self, index: usize) -> *mut u8 {
@@ -417,6 +432,8 @@ impl ClientArea {
             libc::PROT_READ | libc::PROT_WRITE,
             Some(self.base(index)),
         )?;
+        // Before the client can pin an epoch there: it gets the region after this.
+        self.live.set(index);
         Ok(())
     }
 
@@ -428,6 +445,7 @@ impl ClientArea {
             libc::PROT_READ | libc::PROT_WRITE,
             Some(self.base(index)),
         )?;
+        self.live.unset(index);
         Ok(())
     }
 

@@ -79,12 +79,17 @@ pub(super) fn watch(
     listener: &UnixListener,
     sh: &Shared<'_>,
     common_fd: &OwnedFd,
+    wake_fd: &OwnedFd,
     pool_path: &Path,
     log: &(dyn Fn(&str) + Sync),
 ) {
     // The next client's region, made while no client waits for it (a memfd, its sizing,
     // sealing and first page: about 20 µs here). Each region serves one client only.
     let mut next_region: Option<OwnedFd> = None;
+    // A descriptor kept spare, so that a client that comes when the daemon has none left
+    // (each client holds two) can still be accepted and told why it is refused; without
+    // it the listener would stay readable and this loop spin.
+    let mut spare = open_spare();
     loop {
         if sh.quit.load(Ordering::SeqCst) {
             return;
@@ -153,17 +158,61 @@ pub(super) fn watch(
             sh.ring();
         }
         if fds[1].revents != 0 {
-            while let Ok((stream, _)) = listener.accept() {
-                accept(stream, sh, common_fd, pool_path, next_region.take(), log);
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => accept(
+                        stream,
+                        sh,
+                        common_fd,
+                        wake_fd,
+                        pool_path,
+                        next_region.take(),
+                        log,
+                    ),
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        if !refuse_for_descriptors(listener, &mut spare, log) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
             }
         }
     }
+}
+
+fn open_spare() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+}
+
+/// Out of descriptors: give up the spare one to accept the waiting client, tell it why it
+/// is refused, and take the spare back. False if there was no spare (the client then waits
+/// for a descriptor to come free).
+fn refuse_for_descriptors(
+    listener: &UnixListener,
+    spare: &mut Option<OwnedFd>,
+    log: &(dyn Fn(&str) + Sync),
+) -> bool {
+    if spare.take().is_none() {
+        *spare = open_spare();
+        // Still none: look again in a moment rather than spin on the readable listener.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        return false;
+    }
+    if let Ok((stream, _)) = listener.accept() {
+        let why = "the daemon has no file descriptors left for another client (RLIMIT_NOFILE)";
+        log(why);
+        handshake::send_refusal(&stream, why);
+    }
+    *spare = open_spare();
+    true
 }
 
 fn accept(
     stream: UnixStream,
     sh: &Shared<'_>,
     common_fd: &OwnedFd,
+    wake_fd: &OwnedFd,
     pool_path: &Path,
     region: Option<OwnedFd>,
     log: &(dyn Fn(&str) + Sync),
@@ -216,10 +265,11 @@ fn accept(
         pool_path: pool_path.as_os_str().as_bytes().to_vec(),
     };
     // The client's own region: mapped at its place in the server's area before the client
-    // can pin an epoch in it, then handed over with the common region.
+    // can pin an epoch in it, then handed over with the common and wake regions.
     let sent = region.map_or_else(ClientRegion::create, Ok).and_then(|fd| {
         sh.area.install(index, &fd)?;
-        handshake::send_hello(&stream, &hello, [common_fd.as_raw_fd(), fd.as_raw_fd()])
+        let fds = [common_fd.as_raw_fd(), fd.as_raw_fd(), wake_fd.as_raw_fd()];
+        handshake::send_hello(&stream, &hello, fds)
     });
     if let Err(e) = sent {
         let _ = sh.area.clear(index);

@@ -1,0 +1,107 @@
+//! Which clients the server loop looks at in a scan. A client that has asked nothing for a
+//! while is idle: the loop reads only its doorbell (one line, which the client changes at
+//! every request) and looks at its slots again once that has moved. Each slot is a page of
+//! its own, so scanning every slot of hundreds of quiet clients (a shell's children, the
+//! backends of a database) took each request through thousands of lines and pages.
+
+use crate::perm::Creds;
+use crate::server::ClientId;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A client with no request for this long becomes idle.
+const IDLE_AFTER: Duration = Duration::from_millis(2);
+/// Scans between two looks at the clock (a scan of an empty slot takes nanoseconds).
+const SCANS_PER_CLOCK: u32 = 256;
+
+pub(super) struct Client {
+    pub id: ClientId,
+    pub index: usize,
+    pub creds: Creds,
+    /// Its doorbell as last read, while idle.
+    idle_at_bell: Option<u32>,
+    /// When a scan last found a request of it (to the clock's last look).
+    last_request: Instant,
+}
+
+impl Client {
+    /// Whether to look at its slots in this scan: always while active; while idle, once
+    /// its doorbell has moved (it becomes active).
+    pub fn due(&mut self, bell: &AtomicU32) -> bool {
+        match self.idle_at_bell {
+            None => true,
+            Some(b) if bell.load(Ordering::SeqCst) == b => false,
+            Some(_) => {
+                self.idle_at_bell = None;
+                true
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Clients {
+    pub list: Vec<Client>,
+    scans: u32,
+    clock: Option<Instant>,
+}
+
+/// What one scan of a client's slots needs to know to end it (`Clients::scanned`).
+pub(super) struct Look {
+    /// The doorbell, read before the slots if the client may become idle after this scan.
+    bell_before: Option<u32>,
+}
+
+impl Clients {
+    /// The clients connected now (`live`: id, place, credentials); those already known
+    /// keep their state, new ones start active.
+    pub fn refresh(&mut self, live: impl Iterator<Item = (ClientId, usize, Creds)>) {
+        let now = self.clock.unwrap_or_else(Instant::now);
+        let mut old: Vec<Client> = std::mem::take(&mut self.list);
+        self.list = live
+            .map(
+                |(id, index, creds)| match old.iter().position(|c| c.id == id) {
+                    Some(i) => old.swap_remove(i),
+                    None => Client {
+                        id,
+                        index,
+                        creds,
+                        idle_at_bell: None,
+                        last_request: now,
+                    },
+                },
+            )
+            .collect();
+    }
+
+    /// Start a scan: every `SCANS_PER_CLOCK` scans the clock is read, and clients quiet
+    /// since `IDLE_AFTER` may become idle in this one.
+    pub fn start_scan(&mut self) -> Option<Instant> {
+        self.scans = self.scans.wrapping_add(1);
+        if !self.scans.is_multiple_of(SCANS_PER_CLOCK) && self.clock.is_some() {
+            return None;
+        }
+        let now = Instant::now();
+        self.clock = Some(now);
+        Some(now)
+    }
+
+    /// Before scanning `c`'s slots: read its doorbell if it may become idle after the scan.
+    /// Read first, so that a request posted after the read moves it past the value kept
+    /// (and one posted before is in the slots the scan reads).
+    pub fn before(c: &Client, clock: Option<Instant>, bell: &AtomicU32) -> Look {
+        let quiet = clock.is_some_and(|now| now.duration_since(c.last_request) >= IDLE_AFTER);
+        Look {
+            bell_before: quiet.then(|| bell.load(Ordering::SeqCst)),
+        }
+    }
+
+    /// After scanning `c`'s slots: `found` whether a request was there.
+    pub fn scanned(&self, c: &mut Client, look: Look, found: bool) {
+        if found {
+            c.last_request = self.clock.unwrap_or_else(Instant::now);
+        } else if let Some(b) = look.bell_before {
+            c.idle_at_bell = Some(b);
+        }
+    }
+}
