@@ -44,6 +44,7 @@ pub fn run(a: &Args) -> Result<()> {
         idle_exit: a.idle_exit.map(Duration::from_secs),
         log_clients: !a.quiet_clients,
     };
+    engram_core::daemon::raise_descriptor_limit();
     serve_until(&a.pool, &opts, &STOP, &|line| {
         eprintln!("engram serve: {line}")
     })

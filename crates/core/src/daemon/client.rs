@@ -278,16 +278,24 @@ impl Remote {
             .map_err(|e| Error::with_msg(libc::E2BIG, e.to_string()))?;
         slot.request_seq().store(seq, Ordering::Release);
         // The doorbell's locked add orders the request before the `sleeping` check (a line
-        // of this client's own, which the server does not read): a server that announced
-        // its sleep after this finds the request in its last scan; one that announced it
-        // before sees the wake word change, or is woken.
+        // of this client's own, which the server reads only while the client is idle): a
+        // server that announced its sleep after this finds the request in its last scan;
+        // one that announced it before sees the wake word change, or is woken.
         self.mine.region().bell().fetch_add(1, Ordering::SeqCst);
+        self.wake_if_asleep();
+        Ok(seq)
+    }
+
+    /// Ring the wake word if the server sleeps. Every client can write that word, so
+    /// another could put back the value the server noted before it waits, and the server
+    /// would sleep through this ring: `wait_reply` rings again before each of its sleeps
+    /// (a wake reaches a server already waiting whatever the word holds).
+    fn wake_if_asleep(&self) {
         if self.common.sleeping().load(Ordering::SeqCst) != 0 {
             let word = self.wake.word();
             word.fetch_add(1, Ordering::SeqCst);
             futex::wake(word);
         }
-        Ok(seq)
     }
 
     /// Wait until the server has answered request `seq` in `slot` (or a later one: a slot
@@ -320,6 +328,7 @@ impl Remote {
             }
             slot.waiting().fetch_add(1, Ordering::SeqCst);
             if slot.reply_seq().load(Ordering::SeqCst) == seen {
+                self.wake_if_asleep();
                 futex::wait(slot.reply_seq(), seen, Duration::from_millis(200));
             }
             slot.waiting().fetch_sub(1, Ordering::Release);

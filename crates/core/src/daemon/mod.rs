@@ -13,4 +13,4 @@ mod watch;
 
 pub use client::{MIN_FD, Remote};
 pub use handshake::REFUSED_MESSAGE;
-pub use serve::{ServeOptions, Stop, serve, serve_until};
+pub use serve::{ServeOptions, Stop, raise_descriptor_limit, serve, serve_until};

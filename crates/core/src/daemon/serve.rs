@@ -217,9 +217,10 @@ pub fn serve_until(
 }
 
 /// Each client holds two of the daemon's descriptors (its socket and a pidfd): the usual
-/// soft limit of 1,024 would refuse clients long before `shm::MAX_CLIENTS`. Raised to the
-/// hard limit (at most 65,536).
-fn raise_descriptor_limit() {
+/// soft limit of 1,024 would refuse clients long before `shm::MAX_CLIENTS`. Raises this
+/// process's to the hard limit (at most 65,536); for a process of its own (`engram serve`),
+/// not for a program that serves from a thread and may use `select`.
+pub fn raise_descriptor_limit() {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -242,7 +243,6 @@ fn run(
     stop: StopBy<'_>,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
-    raise_descriptor_limit();
     let pool = Pool::open(pool_path)
         .map_err(|e| Error::with_msg(crate::error::io_errno(&e), e.to_string()))?;
     pool.try_lock_exclusive()

@@ -1,8 +1,11 @@
 //! The wake region: one page that every client maps writable, holding the word a client
 //! rings when it posts a request while the server sleeps. The server sleeps on this one
 //! word: a futex wait on every client's own doorbell instead (`futex_waitv`) takes at most
-//! 128 words, which capped the clients of a daemon. What a client can do with it is only
-//! wake the server for nothing, as a request of its own would.
+//! 128 words, which capped the clients of a daemon. A client can wake the server for
+//! nothing with it, or put back the value the server noted before it waits, so that the
+//! server sleeps through another's ring: a client whose reply is late rings again before
+//! each of its sleeps (`Remote::wait_reply`), so another client can delay its request but
+//! not stop it.
 
 use super::shm::{Mapping, bad, fd_len, memfd, mmap, seal};
 use std::io;

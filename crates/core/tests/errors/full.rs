@@ -48,6 +48,12 @@ fn full_pool_enospc_then_recovers() {
     assert_eq!(f.metadata().unwrap().size, written);
     assert_errno(f.allocate(written, MIB, false), ENOSPC);
     assert_eq!(f.metadata().unwrap().size, written);
+    // Ranges far past the pool's size are refused without listing their pages (a list of
+    // 2^32 page numbers, 32 GiB, before 2026-11-26), and so are zeroed ranges.
+    assert_errno(f.allocate(0, 1 << 44, true), ENOSPC);
+    assert_errno(f.zero_range(0, 1 << 44, true), ENOSPC);
+    f.punch_hole(written, 1 << 44).unwrap();
+    assert_eq!(f.metadata().unwrap().size, written);
     let check_big = |f: &engram_core::File| {
         let mut buf = vec![0u8; chunk];
         for i in 0..big_chunks {

@@ -166,15 +166,23 @@ impl Server {
         keep_size: bool,
     ) -> Result<Response> {
         let (d, end) = self.data_range(h, offset, len)?;
-        let mut holes = Vec::new();
-        for pg in offset / PAGE..end.div_ceil(PAGE) {
-            if index::lookup(&self.pool, &self.geo, d.root, d.height, pg)? == 0 {
-                holes.push(pg);
-            }
-        }
-        if holes.len() as u64 > self.alloc.data.free() + self.alloc.pending() as u64 {
+        let (first, last) = (offset / PAGE, end.div_ceil(PAGE));
+        // The range may be far larger than the pool (up to MAX_FILE_SIZE): the pages the
+        // file has there are walked, not every page number looked up, and the space is
+        // checked before the holes are listed.
+        let mut existing = Vec::new();
+        let mut each = |pg, _| existing.push(pg);
+        index::for_each_page(
+            &self.pool, &self.geo, d.root, d.height, first, last, &mut each,
+        )?;
+        let holes_n = last - first - existing.len() as u64;
+        if holes_n > self.alloc.data.free() + self.alloc.pending() as u64 {
             return Err(Error::ENOSPC);
         }
+        let mut at = existing.iter().peekable();
+        let holes: Vec<u64> = (first..last)
+            .filter(|&pg| at.next_if_eq(&&pg).is_none())
+            .collect();
         let mut pages = self.alloc_data(holes.len())?;
         for &p in &pages {
             self.pool.zero_nt(p, PAGE);
