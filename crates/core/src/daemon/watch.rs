@@ -23,13 +23,20 @@ fn may_use(c: &Creds, meta: &std::fs::Metadata) -> bool {
         || (c.uid != meta.uid() && !c.in_group(meta.gid()) && mode & 0o006 == 0o006)
 }
 
-/// A descriptor that becomes readable when process `pid` exits (None if pidfds are not
+/// A descriptor that becomes readable when process `pid` exits (an error if pidfds are not
 /// available: the socket alone then tells).
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     // SAFETY: a fresh descriptor that we own.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// Whether some connected client is process `pid` and that process has exited (its pidfd
@@ -264,14 +271,37 @@ fn accept(
         index: index as u64,
         pool_path: pool_path.as_os_str().as_bytes().to_vec(),
     };
+    // Without a pidfd (a kernel before 5.3) the socket alone tells that the client left;
+    // out of descriptors, the client is told so.
+    let pidfd = match pidfd_open(pid) {
+        Ok(fd) => Some(fd),
+        Err(e) if out_of_descriptors(&e) => {
+            c.free.push(index);
+            return refuse(format!(
+                "pid {pid}: the daemon has no file descriptors left: {e}"
+            ));
+        }
+        Err(_) => None,
+    };
     // The client's own region: mapped at its place in the server's area before the client
     // can pin an epoch in it, then handed over with the common and wake regions.
-    let sent = region.map_or_else(ClientRegion::create, Ok).and_then(|fd| {
-        sh.area.install(index, &fd)?;
-        let fds = [common_fd.as_raw_fd(), fd.as_raw_fd(), wake_fd.as_raw_fd()];
-        handshake::send_hello(&stream, &hello, fds)
-    });
-    if let Err(e) = sent {
+    let region = region
+        .map_or_else(ClientRegion::create, Ok)
+        .and_then(|fd| sh.area.install(index, &fd).map(|()| fd));
+    let region = match region {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = sh.area.clear(index);
+            c.free.push(index);
+            return refuse(format!("pid {pid}: cannot make its shared region: {e}"));
+        }
+    };
+    let fds = [
+        common_fd.as_raw_fd(),
+        region.as_raw_fd(),
+        wake_fd.as_raw_fd(),
+    ];
+    if let Err(e) = handshake::send_hello(&stream, &hello, fds) {
         let _ = sh.area.clear(index);
         c.free.push(index);
         return log(&format!("handshake with pid {pid} failed: {e}"));
@@ -288,7 +318,7 @@ fn accept(
             index,
             creds,
             stream,
-            pidfd: pidfd_open(pid),
+            pidfd,
             pid: pid as u32,
         },
     );
