@@ -4,6 +4,7 @@
 //! its own, so scanning every slot of hundreds of quiet clients (a shell's children, the
 //! backends of a database) took each request through thousands of lines and pages.
 
+use crate::fasthash::FastMap;
 use crate::perm::Creds;
 use crate::server::ClientId;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -57,20 +58,21 @@ impl Clients {
     /// keep their state, new ones start active.
     pub fn refresh(&mut self, live: impl Iterator<Item = (ClientId, usize, Creds)>) {
         let now = self.clock.unwrap_or_else(Instant::now);
-        let mut old: Vec<Client> = std::mem::take(&mut self.list);
+        // By id: with hundreds of clients, a search of the old list for each was quadratic.
+        let mut old: FastMap<ClientId, Client> = std::mem::take(&mut self.list)
+            .into_iter()
+            .map(|c| (c.id, c))
+            .collect();
         self.list = live
-            .map(
-                |(id, index, creds)| match old.iter().position(|c| c.id == id) {
-                    Some(i) => old.swap_remove(i),
-                    None => Client {
-                        id,
-                        index,
-                        creds,
-                        idle_at_bell: None,
-                        last_request: now,
-                    },
-                },
-            )
+            .map(|(id, index, creds)| {
+                old.remove(&id).unwrap_or(Client {
+                    id,
+                    index,
+                    creds,
+                    idle_at_bell: None,
+                    last_request: now,
+                })
+            })
             .collect();
     }
 
