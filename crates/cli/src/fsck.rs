@@ -16,14 +16,18 @@ pub struct Args {
 }
 
 fn summary(r: &FsckReport) -> String {
-    [
+    let mut parts = vec![
         count(r.files, "file"),
         count(r.dirs, "directory"),
         count(r.symlinks, "symlink"),
-        count(r.meta_pages, "metadata page"),
-        count(r.data_pages, "data page"),
-    ]
-    .join(", ")
+    ];
+    // Named only in a pool that has some: most have none.
+    if r.specials > 0 {
+        parts.push(count(r.specials, "special file"));
+    }
+    parts.push(count(r.meta_pages, "metadata page"));
+    parts.push(count(r.data_pages, "data page"));
+    parts.join(", ")
 }
 
 fn print_problems(r: &FsckReport) {

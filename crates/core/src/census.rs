@@ -135,8 +135,9 @@ impl Census {
         c
     }
 
-    /// Count what a file or symlink holds (also used for open orphans, and for directories
-    /// removed while in use, whose empty tree is still theirs).
+    /// Count what a file or symlink holds, and check that a special file holds nothing (also
+    /// used for open orphans, and for directories removed while in use, whose empty tree is
+    /// still theirs).
     pub fn walk_content(&mut self, pool: &Pool, geo: &Geometry, ino: u64, d: &InodeData) {
         if d.is_reg() {
             let mut nodes = Vec::new();
@@ -182,6 +183,16 @@ impl Census {
             }
             for p in meta {
                 self.mark_meta(geo, p, ino);
+            }
+        } else if d.is_special() {
+            // A FIFO, device or socket holds nothing; only a device keeps a number, in the
+            // root word.
+            let stray_root = !crate::inode::is_device(d.mode) && d.root != 0;
+            if d.size != 0 || d.blocks != 0 || d.height != 0 || stray_root {
+                self.problems.push(format!(
+                    "special file {ino} (mode {:o}) has content: size {}, {} pages, root {:#x}",
+                    d.mode, d.size, d.blocks, d.root
+                ));
             }
         } else {
             self.problems.push(format!(

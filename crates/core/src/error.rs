@@ -69,7 +69,8 @@ errnos!(
     EFAULT,
     EROFS,
     ENOSYS,
-    ENODEV
+    ENODEV,
+    ENXIO
 );
 
 impl fmt::Debug for Error {

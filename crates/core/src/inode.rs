@@ -14,7 +14,8 @@ pub mod field {
     pub const ATIME: u64 = 24; // i64 ns
     pub const MTIME: u64 = 32; // i64 ns
     pub const CTIME: u64 = 40; // i64 ns
-    pub const ROOT: u64 = 48; // u64: file index root / directory trie root / symlink page
+    // u64: file index root / directory trie root / symlink page / device number (devices)
+    pub const ROOT: u64 = 48;
     pub const HEIGHT: u64 = 56; // u32: file index height
     pub const GENERATION: u64 = 60; // u32: bumped each time the slot is reused
     pub const BLOCKS: u64 = 64; // u64: data pages held
@@ -27,6 +28,21 @@ pub const S_IFMT: u32 = libc::S_IFMT;
 pub const S_IFREG: u32 = libc::S_IFREG;
 pub const S_IFDIR: u32 = libc::S_IFDIR;
 pub const S_IFLNK: u32 = libc::S_IFLNK;
+pub const S_IFIFO: u32 = libc::S_IFIFO;
+pub const S_IFCHR: u32 = libc::S_IFCHR;
+pub const S_IFBLK: u32 = libc::S_IFBLK;
+pub const S_IFSOCK: u32 = libc::S_IFSOCK;
+
+/// Whether `mode` is a FIFO, a device or a socket: an inode with no content (no pages, size
+/// 0), whose root word holds a device's number and nothing else.
+pub fn is_special(mode: u32) -> bool {
+    matches!(mode & S_IFMT, S_IFIFO | S_IFCHR | S_IFBLK | S_IFSOCK)
+}
+
+/// Whether `mode` is a character or block device.
+pub fn is_device(mode: u32) -> bool {
+    matches!(mode & S_IFMT, S_IFCHR | S_IFBLK)
+}
 
 /// A snapshot of an inode's fields, laid out as the record is (checked below), so that
 /// decoding is one copy.
@@ -63,6 +79,14 @@ impl InodeData {
     }
     pub fn is_symlink(&self) -> bool {
         self.file_type() == S_IFLNK
+    }
+    /// A FIFO, device or socket (`is_special`).
+    pub fn is_special(&self) -> bool {
+        is_special(self.mode)
+    }
+    /// The device number of a character or block device (kept in the root word), else 0.
+    pub fn rdev(&self) -> u64 {
+        if is_device(self.mode) { self.root } else { 0 }
     }
 
     /// The first 80 bytes of the record (everything but the inline symlink area).

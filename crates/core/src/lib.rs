@@ -24,7 +24,7 @@ pub mod server;
 pub mod sidefiles;
 pub mod wire;
 
-pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Options, ReadDir};
+pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Opened, Options, ReadDir};
 pub use perm::Creds;
 pub use request::{Clear, Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs};
 pub use server::{FsckReport, ServerStats};

@@ -71,6 +71,15 @@ pub enum Request {
         name: Vec<u8>,
         target: Vec<u8>,
     },
+    /// mknod(2): a FIFO, socket, character or block device, or regular file (type 0 or
+    /// `S_IFREG`, never opened) named by `mode`'s type bits; `rdev` is a device's number
+    /// (ignored for the other types, as Linux ignores it).
+    Mknod {
+        parent: Handle,
+        name: Vec<u8>,
+        mode: u32,
+        rdev: u64,
+    },
     Link {
         target: Handle,
         parent: Handle,
@@ -199,6 +208,7 @@ impl Request {
             Request::Create { .. } => "create",
             Request::Mkdir { .. } => "mkdir",
             Request::Symlink { .. } => "symlink",
+            Request::Mknod { .. } => "mknod",
             Request::Link { .. } => "link",
             Request::Unlink { dir: false, .. } => "unlink",
             Request::Unlink { dir: true, .. } => "rmdir",

@@ -1,20 +1,24 @@
 //! Files the shim keeps beside a pool in /dev/shm for what the kernel must share between
-//! processes: a lock file per inode (record locks and flocks are the kernel's, taken on it)
-//! and a backing file per inode with a shared writable mapping. Each is named after the pool
-//! (a hash of its canonical path), the inode and its generation, so every process that
-//! reaches the pool, in-process or through the daemon, finds the same file.
+//! processes: a lock file per inode (record locks and flocks are the kernel's, taken on it),
+//! a backing file per inode with a shared writable mapping, and a kernel FIFO per FIFO node
+//! of the pool that some process opened (the pipe its readers and writers meet in). Each is
+//! named after the pool (a hash of its canonical path), the inode and its generation, so
+//! every process that reaches the pool, in-process or through the daemon, finds the same
+//! file.
 //!
 //! The server removes a mapping file when it counts no mapping of the inode any more,
 //! having written back what a process killed while mapping left in it
-//! (`server/backing.rs`); nobody removes a lock file when its file goes away (only the
-//! server knows when no process still has the inode open). All of a path's files go when a pool is made anew there
-//! (`Fs::mkfs`). When the pool is mounted (`Fs::open`, `engram serve`), the files of inodes
-//! that are no longer live (freed, or the slot reused with another generation) are removed:
-//! no process can open such an inode again, so no new holder can come to contend with one
-//! still holding the file. A lock file of a live inode stays, even with no process using
-//! it: a process that outlived the pool's last user (a forked child holding a flock, a
-//! client of a daemon since restarted) may still hold it, and a new file under its name
-//! would split that inode's locks in two.
+//! (`server/backing.rs`); nobody removes a lock file or a FIFO when its inode goes away
+//! (only the server knows when no process still has the inode open, and a FIFO's ends are
+//! the kernel's, which the server never sees). All of a path's files go when a pool is made
+//! anew there (`Fs::mkfs`). When the pool is mounted (`Fs::open`, `engram serve`), the
+//! files of inodes that are no longer live (freed, or the slot reused with another
+//! generation) are removed: no process can open such an inode again, so no new holder can
+//! come to contend with one still holding the file. A lock file or FIFO of a live inode
+//! stays, even with no process using it: a process that outlived the pool's last user (a
+//! forked child holding a flock or a pipe's end, a client of a daemon since restarted) may
+//! still hold it, and a new file under its name would split that inode's locks, or its
+//! pipe, in two.
 
 use crate::inode::{InodeData, field};
 use crate::layout::Geometry;
@@ -52,6 +56,12 @@ pub fn is_lock_file(path: &[u8]) -> bool {
 /// The backing file of a shared writable mapping of inode `ino` of pool `pool`.
 pub fn map_file(pool: u64, ino: u64, generation: u32) -> String {
     format!("{DIR}/{}{ino}-{generation}", prefix(MAP, pool))
+}
+
+/// The kernel FIFO that stands for FIFO node `ino` of pool `pool`: every open of the node
+/// through the shim opens it (made by the first), so its readers and writers meet there.
+pub fn fifo_file(pool: u64, ino: u64, generation: u32) -> String {
+    format!("{DIR}/{}{ino}-{generation}", prefix(FIFO, pool))
 }
 
 /// The mode bit of a mapping file that holds the file's contents plus its mappings' stores
@@ -98,19 +108,20 @@ pub fn map_file_trusted(st: &libc::stat, fuid: u32, fgid: u32, fmode: u32) -> bo
 
 const LOCK: &str = "engram-lock";
 const MAP: &str = "engram-map";
+const FIFO: &str = "engram-fifo";
 
 fn prefix(kind: &str, pool: u64) -> String {
     format!("{kind}-{pool:016x}-")
 }
 
-/// The lock and mapping files in /dev/shm of the pool at `path` (canonical if it no
+/// The lock, mapping and FIFO files in /dev/shm of the pool at `path` (canonical if it no
 /// longer exists).
 pub fn list(path: &Path) -> Vec<PathBuf> {
     let id = match std::fs::canonicalize(path) {
         Ok(canonical) => pool_id(&canonical),
         Err(_) => pool_id(path),
     };
-    list_with(&[prefix(LOCK, id), prefix(MAP, id)])
+    list_with(&[prefix(LOCK, id), prefix(MAP, id), prefix(FIFO, id)])
 }
 
 /// The inode and generation of each mapping file of pool `id`.
@@ -137,13 +148,13 @@ fn list_with(prefixes: &[String]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Remove the lock and mapping files of pool `id` (mounted as `pool`) whose inode is no
-/// longer live; returns the inode of each mapping file left (one listing of the directory
-/// for both, at every mount).
+/// Remove the lock, mapping and FIFO files of pool `id` (mounted as `pool`) whose inode is
+/// no longer live; returns the inode of each mapping file left (one listing of the
+/// directory for all, at every mount).
 pub fn remove_dead(id: u64, pool: &Pool, geo: &Geometry) -> Vec<u64> {
     let map = prefix(MAP, id);
     let mut maps = Vec::new();
-    for f in list_with(&[prefix(LOCK, id), map.clone()]) {
+    for f in list_with(&[prefix(LOCK, id), map.clone(), prefix(FIFO, id)]) {
         let Some(name) = f.file_name().map(|n| n.as_encoded_bytes()) else {
             continue;
         };
@@ -178,7 +189,8 @@ pub(crate) fn is_live(pool: &Pool, geo: &Geometry, ino: u64, generation: u32) ->
     !d.is_free() && d.generation == generation
 }
 
-/// Remove every lock and mapping file of the pool at `path` (`list`); returns how many.
+/// Remove every lock, mapping and FIFO file of the pool at `path` (`list`); returns how
+/// many.
 /// Only for a pool that no process uses any more (the benchmark's and the tests' pools,
 /// after their programs have exited).
 pub fn remove_all(path: &Path) -> usize {
@@ -201,7 +213,11 @@ mod tests {
             std::fs::write(p, b"").unwrap();
         }
         let id = |p: &Path| pool_id(&std::fs::canonicalize(p).unwrap());
-        let mine = [lock_file(id(&ours), 5, 1), map_file(id(&ours), 7, 2)];
+        let mine = [
+            lock_file(id(&ours), 5, 1),
+            map_file(id(&ours), 7, 2),
+            fifo_file(id(&ours), 9, 3),
+        ];
         let other = lock_file(id(&theirs), 5, 1);
         for f in mine.iter().chain([&other]) {
             std::fs::write(f, b"").unwrap();
@@ -211,15 +227,16 @@ mod tests {
         let other_left = Path::new(&other).exists();
         let _ = std::fs::remove_file(&other);
         let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(left, [false, false]);
+        assert_eq!(left, [false, false, false]);
         assert!(other_left, "another pool's lock file was removed");
-        assert!(removed >= 2);
+        assert!(removed >= 3);
     }
 
     #[test]
     fn names_give_back_their_inode() {
         assert_eq!(inode_of(lock_file(7, 42, 9).as_bytes()), Some((42, 9)));
         assert_eq!(inode_of(map_file(7, 1, 0).as_bytes()), Some((1, 0)));
+        assert_eq!(inode_of(fifo_file(7, 12, 5).as_bytes()), Some((12, 5)));
         assert_eq!(inode_of(b"engram-lock-00ab-x-1"), None);
         assert_eq!(inode_of(b"engram-lock-00ab-5-99999999999"), None);
     }

@@ -292,6 +292,18 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             w.u8(19);
             w.u32(*pid);
         }
+        Request::Mknod {
+            parent,
+            name,
+            mode,
+            rdev,
+        } => {
+            w.u8(21);
+            w.handle(*parent);
+            w.bytes(name);
+            w.u32(*mode);
+            w.u64(*rdev);
+        }
         Request::Clear {
             target,
             offset,
@@ -429,6 +441,12 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
                 _ => return Err(bad()),
             },
         },
+        21 => Request::Mknod {
+            parent: r.handle()?,
+            name: r.bytes()?,
+            mode: r.u32()?,
+            rdev: r.u64()?,
+        },
         _ => return Err(bad()),
     };
     r.done()?;
@@ -478,6 +496,7 @@ pub fn encode_reply(res: &Result<Response>, w: &mut Writer) {
                 f.symlinks,
                 f.meta_pages,
                 f.data_pages,
+                f.specials,
             ] {
                 w.u64(v);
             }
@@ -536,6 +555,7 @@ pub fn decode_reply(b: &[u8]) -> Result<Response> {
                 symlinks: r.u64()?,
                 meta_pages: r.u64()?,
                 data_pages: r.u64()?,
+                specials: r.u64()?,
             })
         }
         5 => Response::Stats(ServerStats {

@@ -76,6 +76,12 @@ fn requests_round_trip_and_garbage_is_refused() {
             len: 6,
             how: Clear::ZeroRange { keep_size: true },
         },
+        Request::Mknod {
+            parent: h,
+            name: b"fifo".to_vec(),
+            mode: libc::S_IFCHR | 0o640,
+            rdev: u64::MAX,
+        },
     ];
     assert_eq!(
         decode_request(&encode_gone(4242)).unwrap(),

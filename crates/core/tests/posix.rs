@@ -39,6 +39,10 @@ mod holes;
 #[path = "posix/permissions.rs"]
 mod permissions;
 
+// ---------------------------------------------------------------------------------- special files
+#[path = "posix/special.rs"]
+mod special;
+
 // ---------------------------------------------------------------------------------- persistence
 #[path = "posix/persistence.rs"]
 mod persistence;

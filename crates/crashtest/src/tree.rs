@@ -1,5 +1,6 @@
 //! The logical state of a file system, as the oracle compares it: every path with its type,
-//! permission bits, link count, file contents and symlink target (times are left out).
+//! permission bits, link count, file contents, symlink target and device number (times are
+//! left out).
 
 use engram_core::{Fs, Result};
 use std::collections::BTreeMap;
@@ -17,6 +18,12 @@ pub enum Node {
     },
     Symlink {
         target: Vec<u8>,
+    },
+    /// A FIFO, socket or device: its whole mode (type and permissions).
+    Special {
+        mode: u32,
+        nlink: u32,
+        rdev: u64,
     },
 }
 
@@ -65,6 +72,15 @@ fn walk(fs: &Fs, dir: &str, t: &mut Tree) -> Result<()> {
                     target: fs.readlink(&path)?,
                 },
             );
+        } else if !m.is_file() {
+            t.insert(
+                path,
+                Node::Special {
+                    mode: m.mode,
+                    nlink: m.nlink,
+                    rdev: m.rdev,
+                },
+            );
         } else {
             let data = fs.read_file(&path)?;
             t.insert(
@@ -91,6 +107,9 @@ fn describe(n: &Node) -> String {
         }
         Node::Dir { mode, nlink } => format!("dir mode {mode:o} nlink {nlink}"),
         Node::Symlink { target } => format!("symlink -> {}", String::from_utf8_lossy(target)),
+        Node::Special { mode, nlink, rdev } => {
+            format!("special mode {mode:o} nlink {nlink} rdev {rdev:#x}")
+        }
     }
 }
 

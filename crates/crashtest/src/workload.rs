@@ -36,6 +36,8 @@ pub enum Op {
     },
     /// Open a file, unlink it, write through the still-open handle, close it.
     UnlinkOpen(String),
+    /// mknod: a FIFO, socket or device (mode with its type bits, device number).
+    Mknod(String, u32, u64),
 }
 
 /// Deterministic content for writes.
@@ -91,6 +93,7 @@ impl Op {
                 fs.unlink(p)?;
                 f.write_at(b"still here", 0).map(drop)
             }
+            Op::Mknod(p, mode, rdev) => fs.mknod(p, *mode, *rdev),
         }
     }
 }
@@ -181,6 +184,11 @@ pub fn singles() -> Vec<(String, Op)> {
         ("link", Op::Link(s("/small"), s("/dir/link2"))),
         ("symlink", Op::Symlink(s("small"), s("/dir/sl2"))),
         ("symlink-long", Op::Symlink(long_target, s("/lsl"))),
+        ("mkfifo", Op::Mknod(s("/fifo"), libc::S_IFIFO | 0o640, 0)),
+        (
+            "mknod-char-device",
+            Op::Mknod(s("/dir/null"), libc::S_IFCHR | 0o666, libc::makedev(1, 3)),
+        ),
         ("append-in-page", write("/small", 100, 50, 7)),
         ("append-across-pages", write("/small", 100, 9000, 8)),
         ("overwrite-aligned", write("/big", 4096, 4096, 9)),

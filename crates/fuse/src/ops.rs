@@ -160,10 +160,10 @@ impl Filesystem for EngramFuse {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.do_mknod(req, parent, name, mode));
+        reply_entry(reply, self.do_mknod(req, parent, name, mode, rdev));
     }
 
     fn mkdir(

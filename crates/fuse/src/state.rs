@@ -295,6 +295,10 @@ pub(crate) fn dirent_type(dt: u8) -> FileType {
     match dt {
         libc::DT_DIR => FileType::Directory,
         libc::DT_LNK => FileType::Symlink,
+        libc::DT_FIFO => FileType::NamedPipe,
+        libc::DT_SOCK => FileType::Socket,
+        libc::DT_CHR => FileType::CharDevice,
+        libc::DT_BLK => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
 }
@@ -313,7 +317,8 @@ pub(crate) fn attr(m: &Metadata) -> FileAttr {
         nlink: m.nlink,
         uid: m.uid,
         gid: m.gid,
-        rdev: 0,
+        // The engine takes numbers of 32 bits only (`Fs::mknod`).
+        rdev: m.rdev as u32,
         blksize: IO_SIZE,
         flags: 0,
     }

@@ -92,8 +92,11 @@ fn copy_of(path: &CStr) -> Res<*const c_char> {
     // Under the operation guard, as every call of the shim: a fork waits, so no child starts
     // with the copies' lock held by a thread it does not have.
     let _op = crate::session::op();
+    // O_NONBLOCK: a FIFO of the pool does not wait for a writer; it is refused below, not
+    // being a regular file.
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: the shim's own open of a pool path.
-    let fd = unsafe { crate::open::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    let fd = unsafe { crate::open::open(path.as_ptr(), flags, 0) };
     if fd < 0 {
         return Err(errno());
     }

@@ -41,7 +41,12 @@ impl Program {
     /// # Safety
     /// `path` is a valid C string.
     pub unsafe fn of_path_at(dirfd: c_int, path: *const c_char, nofollow: bool) -> Res<Program> {
-        let flags = libc::O_RDONLY | libc::O_CLOEXEC | if nofollow { libc::O_NOFOLLOW } else { 0 };
+        // O_NONBLOCK: a FIFO of the pool opens without waiting for a writer, and is then
+        // refused (EACCES) as the kernel refuses to run one.
+        let flags = libc::O_RDONLY
+            | libc::O_CLOEXEC
+            | libc::O_NONBLOCK
+            | if nofollow { libc::O_NOFOLLOW } else { 0 };
         // SAFETY: the shim's own calls on the caller's C string.
         unsafe {
             let fd = crate::open::openat(dirfd, path, flags, 0);

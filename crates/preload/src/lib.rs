@@ -29,6 +29,7 @@ pub mod dirs;
 pub mod dlopen;
 pub mod exec;
 pub mod fcntl;
+pub mod fifo;
 pub mod ftw;
 pub mod glob;
 pub mod inherit;

@@ -34,29 +34,46 @@ fn install(file: engram_core::File, mut p: Vec<u8>, is_dir: bool, flags: c_int) 
     table::create(file, p, is_dir, flags)
 }
 
-/// Open a canonical pool path; returns the reserved descriptor.
-pub fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> Res<c_int> {
+/// Where an open under the operation guard got to.
+enum Opened {
+    /// The descriptor, of ours or the kernel's.
+    Fd(c_int),
+    /// A FIFO of the pool: its kernel FIFO, to be opened once the guard is let go.
+    Fifo(crate::fifo::Fifo),
+}
+
+/// Open a canonical pool path: the reserved descriptor, or the kernel FIFO of a FIFO.
+fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> Res<Opened> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(libc::EOPNOTSUPP);
     }
     // The descriptor reads by offset; appending is the file's own mode.
-    let file = fs.open_file(path, &options(flags, mode)).map_err(en)?;
+    let file = match fs.open_node(path, &options(flags, mode)).map_err(en)? {
+        engram_core::Opened::File(file) => file,
+        engram_core::Opened::Special(h, m) => {
+            return crate::fifo::for_node(h, &m).map(Opened::Fifo);
+        }
+    };
     let is_dir = file.metadata().map_err(en)?.is_dir();
-    install(file, path.to_vec(), is_dir, flags)
+    install(file, path.to_vec(), is_dir, flags).map(Opened::Fd)
 }
 
 /// Open a routed, unresolved pool path with one walk of the pool when the process would
 /// resolve it the same way; `None` when it may leave the pool, or names a directory (whose
 /// descriptor must remember the canonical path): the caller resolves it first.
-fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
+fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<Opened>> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(libc::EOPNOTSUPP);
     }
     let Some((dir, raw)) = r.start() else {
         return Ok(None);
     };
-    let Some(file) = staying(|fs| fs.open_from(dir, raw, &options(flags, mode)))? else {
-        return Ok(None);
+    let file = match staying(|fs| fs.open_node_from(dir, raw, &options(flags, mode)))? {
+        None => return Ok(None),
+        Some(engram_core::Opened::File(file)) => file,
+        Some(engram_core::Opened::Special(h, m)) => {
+            return crate::fifo::for_node(h, &m).map(|f| Some(Opened::Fifo(f)));
+        }
     };
     // O_CREAT|O_EXCL succeeded: a new regular file, no need to look.
     let created = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
@@ -67,7 +84,7 @@ fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<c_int>> {
         Route::At { dir, fd, rel } => crate::route::joined_path(*fd, *dir, rel, false)?,
         _ => raw.to_vec(),
     };
-    install(file, path, false, flags).map(Some)
+    install(file, path, false, flags).map(|fd| Some(Opened::Fd(fd)))
 }
 
 /// An open of `/dev/stdout`, `/proc/self/fd/N` and the like naming descriptor `fd` of ours
@@ -97,36 +114,47 @@ fn reopen(fd: c_int, orig: &[u8], flags: c_int, mode: c_uint) -> Res<c_int> {
 
 /// The body of every open call once the path is known to be ours.
 fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int {
-    guard(-1, || {
-        let _op = op();
-        if let Ok(Route::Desc { fd, orig, .. }) = &r {
-            return reopen(*fd, orig, flags, mode);
-        }
-        let follow = flags & libc::O_NOFOLLOW == 0
-            && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
-        if let Ok(r) = &r
-            && let Some(fd) = open_inside(r, flags, mode)?
-        {
-            return Ok(fd);
-        }
-        match side(r, follow)? {
-            Side::Pool(fs, p) => open_pool(fs, &p, flags, mode),
-            Side::Removed(fs, d, name) => {
-                if flags & libc::O_TMPFILE == libc::O_TMPFILE {
-                    return Err(libc::EOPNOTSUPP);
-                }
-                let file = fs
-                    .open_at(Some(&d), b".", &options(flags, mode))
-                    .map_err(en)?;
-                install(file, name, true, flags)
-            }
-            Side::Real(p) => {
-                // SAFETY: a valid C path; flags and mode as the caller gave them.
-                let fd = unsafe { real::open64(p.as_ptr(), flags, mode) };
-                if fd < 0 { Err(errno()) } else { Ok(fd) }
-            }
-        }
+    guard(-1, || match open_guarded(r, flags, mode)? {
+        Opened::Fd(fd) => Ok(fd),
+        // Outside the operation guard: it may wait for the pipe's other end.
+        Opened::Fifo(fifo) => fifo.open(flags),
     })
+}
+
+/// `open_routed` under the operation guard.
+fn open_guarded(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> Res<Opened> {
+    let _op = op();
+    if let Ok(Route::Desc { fd, orig, .. }) = &r {
+        return reopen(*fd, orig, flags, mode).map(Opened::Fd);
+    }
+    let follow =
+        flags & libc::O_NOFOLLOW == 0 && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
+    if let Ok(r) = &r
+        && let Some(opened) = open_inside(r, flags, mode)?
+    {
+        return Ok(opened);
+    }
+    match side(r, follow)? {
+        Side::Pool(fs, p) => open_pool(fs, &p, flags, mode),
+        Side::Removed(fs, d, name) => {
+            if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+                return Err(libc::EOPNOTSUPP);
+            }
+            let file = fs
+                .open_at(Some(&d), b".", &options(flags, mode))
+                .map_err(en)?;
+            install(file, name, true, flags).map(Opened::Fd)
+        }
+        Side::Real(p) => {
+            // SAFETY: a valid C path; flags and mode as the caller gave them.
+            let fd = unsafe { real::open64(p.as_ptr(), flags, mode) };
+            if fd < 0 {
+                Err(errno())
+            } else {
+                Ok(Opened::Fd(fd))
+            }
+        }
+    }
 }
 
 #[unsafe(no_mangle)]

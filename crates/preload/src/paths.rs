@@ -453,32 +453,19 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
     })
 }
 
-/// Special files (devices, FIFOs, sockets) do not exist in EngramFS.
+/// mknod and mkfifo: a regular file, FIFO, socket or device node (the engine's `mknod`:
+/// root alone makes devices). The permission bits lose the umask, as the kernel takes it.
 fn mknod_routed(r: Res<Route>, mode: mode_t, dev: libc::dev_t) -> c_int {
     guard(-1, || {
         let _op = op();
+        let masked = (mode & libc::S_IFMT) | (mode & 0o7777 & !crate::ops::current_umask());
+        if let Some(()) = inside(&r, |fs, at, p| fs.mknod_from(at, p, masked, dev))? {
+            return Ok(0);
+        }
         match side(r, false)? {
-            Side::Pool(fs, p) => {
-                if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
-                    let f = fs
-                        .open_file(
-                            &p,
-                            &engram_core::OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .mode(mode & 0o7777 & !crate::ops::current_umask()),
-                        )
-                        .map_err(en)?;
-                    drop(f);
-                    return Ok(0);
-                }
-                if fs.lstat(&p).is_ok() {
-                    return Err(libc::EEXIST);
-                }
-                Err(libc::EPERM)
-            }
-            // It exists, whatever the type asked for.
-            Side::Removed(..) => Err(libc::EEXIST),
+            Side::Pool(fs, p) => ok(fs.mknod(&p, masked, dev)),
+            // Its name exists (EEXIST), once the type is found valid.
+            Side::Removed(fs, d, _) => ok(fs.mknod_at(Some(&d), b".", masked, dev)),
             // SAFETY: the real call on the resolved path.
             Side::Real(p) => real_ret(unsafe { real::mknod(p.as_ptr(), mode, dev) }),
         }

@@ -38,6 +38,7 @@ pub fn fill_stat(m: &Metadata, st: &mut libc::stat) {
     st.st_nlink = m.nlink as _;
     st.st_uid = m.uid;
     st.st_gid = m.gid;
+    st.st_rdev = m.rdev;
     st.st_size = m.size as i64;
     st.st_blksize = m.blksize as _;
     st.st_blocks = m.blocks as i64;
@@ -84,6 +85,8 @@ pub fn fill_statx(m: &Metadata, st: &mut libc::statx) {
     st.stx_ctime = ts(m.ctime_ns);
     st.stx_dev_major = DEV_MAJOR;
     st.stx_dev_minor = DEV_MINOR;
+    st.stx_rdev_major = libc::major(m.rdev);
+    st.stx_rdev_minor = libc::minor(m.rdev);
 }
 
 pub fn stat_of(of: &OpenFile) -> Res<Metadata> {
@@ -376,8 +379,9 @@ fn fill_statvfs(s: &engram_core::StatFs, st: &mut libc::statvfs) {
     st.f_favail = s.files_free;
     st.f_fsid = FS_MAGIC as u64;
     st.f_namemax = s.name_max;
-    // Reads never update atime (architecture.md: as `noatime`): say so, as a mount does.
-    st.f_flag = libc::ST_NOATIME | libc::ST_NODIRATIME;
+    // Reads never update atime (architecture.md: as `noatime`), and device nodes do not
+    // open (as `nodev`): say so, as a mount does.
+    st.f_flag = libc::ST_NOATIME | libc::ST_NODIRATIME | libc::ST_NODEV;
 }
 
 /// statfs of a routed path: the pool's numbers (the path must exist), or the real call.

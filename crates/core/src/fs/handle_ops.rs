@@ -72,6 +72,9 @@ impl Fs {
         let writes = opts.write || opts.truncate;
         let want = if opts.read { R } else { 0 } | if writes { perm::W } else { 0 };
         perm::check(self.creds(), &d, want)?;
+        if d.is_special() {
+            return Err(super::special_open_error(d.mode));
+        }
         let file = File::new(self.clone(), h, opts)?;
         // As `open_from`: an empty file or a read-only open is truncated too (mtime, ctime).
         if opts.truncate && m.is_file() {
@@ -125,6 +128,19 @@ impl Fs {
                 parent: dir,
                 name: name.to_vec(),
                 target: target.to_vec(),
+            })?
+            .0)
+    }
+
+    /// mknod(2) of `name` in `dir` (see `Fs::mknod`).
+    pub fn mknod_in(&self, dir: Handle, name: &[u8], mode: u32, rdev: u64) -> Result<Handle> {
+        crate::server::mknod_kind(mode, rdev)?;
+        Ok(self
+            .call_entry(Request::Mknod {
+                parent: dir,
+                name: name.to_vec(),
+                mode,
+                rdev,
             })?
             .0)
     }

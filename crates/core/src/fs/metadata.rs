@@ -1,6 +1,6 @@
 //! `stat` results.
 
-use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use crate::inode::{InodeData, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What `stat` reports.
@@ -25,6 +25,9 @@ pub struct Metadata {
     /// 512-byte units held, as `st_blocks`.
     pub blocks: u64,
     pub blksize: u64,
+    /// A character or block device's number (glibc's `dev_t`, as `makedev` builds it); 0
+    /// for every other type.
+    pub rdev: u64,
 }
 
 fn to_time(ns: i64) -> SystemTime {
@@ -49,6 +52,7 @@ impl Metadata {
             ino,
             blocks: d.blocks * 8,
             blksize: crate::layout::PAGE,
+            rdev: d.rdev(),
         }
     }
 
@@ -60,6 +64,16 @@ impl Metadata {
     }
     pub fn is_symlink(&self) -> bool {
         self.mode & S_IFMT == S_IFLNK
+    }
+    pub fn is_fifo(&self) -> bool {
+        self.mode & S_IFMT == S_IFIFO
+    }
+    pub fn is_socket(&self) -> bool {
+        self.mode & S_IFMT == S_IFSOCK
+    }
+    /// A character or block device.
+    pub fn is_device(&self) -> bool {
+        crate::inode::is_device(self.mode)
     }
     pub fn len(&self) -> u64 {
         self.size

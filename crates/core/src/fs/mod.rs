@@ -15,6 +15,8 @@ mod reserve;
 
 pub use file::{File, OpenOptions};
 pub use metadata::Metadata;
+pub use open::Opened;
+pub(crate) use open::special_open_error;
 pub use readdir::{DirEntry, ReadDir};
 
 use crate::epoch::{Epochs, SeqTable};

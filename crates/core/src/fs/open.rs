@@ -1,12 +1,47 @@
 //! open(2) by path: the walk, O_CREAT (through symlinks too), the checks Linux makes, and
-//! O_TRUNC.
+//! O_TRUNC. A FIFO, device or socket passes the same checks and is then handed back as
+//! such (`Opened::Special`): the engine holds no data for it, a front end serves it.
 
 use super::ops::base;
-use super::{File, Fs, OpenOptions};
+use super::{File, Fs, Metadata, OpenOptions};
 use crate::error::{Error, Result};
-use crate::inode::InodeData;
+use crate::inode::{InodeData, S_IFMT, S_IFSOCK};
 use crate::perm::{self, R, W};
 use crate::request::Handle;
+
+/// What an open found.
+pub enum Opened {
+    /// A regular file or a directory, open.
+    File(File),
+    /// A FIFO, device or socket the caller may open as asked (permissions checked; nothing
+    /// is held open in the pool). The shim opens a kernel FIFO for a FIFO; FUSE's kernel
+    /// serves such nodes itself.
+    Special(Handle, Metadata),
+}
+
+impl Opened {
+    /// The file, or the error of opening a special node for I/O (`special_open_error`).
+    pub fn into_file(self) -> Result<File> {
+        match self {
+            Opened::File(f) => Ok(f),
+            Opened::Special(_, m) => Err(special_open_error(m.mode)),
+        }
+    }
+}
+
+/// Why the API cannot open a FIFO, device or socket for reading and writing: a socket is
+/// ENXIO, as Linux answers an open of one; a FIFO or a device EOPNOTSUPP, since the pool
+/// holds no pipe and no driver (see `Opened::Special`).
+pub(crate) fn special_open_error(mode: u32) -> Error {
+    if mode & S_IFMT == S_IFSOCK {
+        Error::with_msg(libc::ENXIO, "a socket cannot be opened")
+    } else {
+        Error::with_msg(
+            libc::EOPNOTSUPP,
+            "a FIFO or device of the pool cannot be opened through the EngramFS API",
+        )
+    }
+}
 
 impl Fs {
     pub fn open_file(&self, path: impl AsRef<[u8]>, opts: &OpenOptions) -> Result<File> {
@@ -21,12 +56,27 @@ impl Fs {
     /// table of open directories, as the shim does); the walk checks that it is still a
     /// live directory.
     pub fn open_from(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        self.open_node_from(dir, path, opts)?.into_file()
+    }
+
+    /// `open_file`, handing a FIFO, device or socket back instead of failing on it.
+    pub fn open_node(&self, path: impl AsRef<[u8]>, opts: &OpenOptions) -> Result<Opened> {
+        self.open_node_from(None, path.as_ref(), opts)
+    }
+
+    /// `open_from`, handing a FIFO, device or socket back instead of failing on it.
+    pub fn open_node_from(
+        &self,
+        dir: Option<Handle>,
+        path: &[u8],
+        opts: &OpenOptions,
+    ) -> Result<Opened> {
         // Linux opens the inode its walk found even if a rename replaces the name meanwhile;
         // here that inode may be freed before the open reaches the server: look again.
         self.retry_stale(|| self.open_once(dir, path, opts))
     }
 
-    fn open_once(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<File> {
+    fn open_once(&self, dir: Option<Handle>, path: &[u8], opts: &OpenOptions) -> Result<Opened> {
         let mut opts = *opts;
         if !opts.read && !opts.write {
             opts.read = true;
@@ -69,7 +119,7 @@ impl Fs {
                             drop(File::opened(self.clone(), h, opts));
                             return Err(Error::ENOTDIR);
                         }
-                        return Ok(File::opened(self.clone(), h, opts));
+                        return Ok(Opened::File(File::opened(self.clone(), h, opts)));
                     }
                     // The name was there after all. What it names may be gone again (ESTALE:
                     // look again), or be a directory or a symlink by now.
@@ -107,10 +157,14 @@ impl Fs {
         if created {
             // Made by this open (through a symlink): its creator may use it whatever mode it
             // gave it, and there is nothing to truncate.
-            return File::new(self.clone(), h, opts);
+            return File::new(self.clone(), h, opts).map(Opened::File);
         }
+        // O_TRUNC asks for write permission also where it truncates nothing, as on Linux.
         let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
         perm::check(self.creds(), &d, want)?;
+        if d.is_special() {
+            return Ok(Opened::Special(h, Metadata::from_inode(h.ino, &d)));
+        }
         let file = File::new(self.clone(), h, opts)?;
         // Linux truncates an existing regular file on O_TRUNC even when it is empty or
         // opened read-only (write permission checked above): the size may stay, mtime and
@@ -119,7 +173,7 @@ impl Fs {
         if opts.truncate && d.is_reg() {
             self.truncate_handle(h, 0)?;
         }
-        Ok(file)
+        Ok(Opened::File(file))
     }
 
     /// O_CREAT through a symlink: follow the chain of links to a final name, open it if it

@@ -68,6 +68,40 @@ impl Fs {
         })
     }
 
+    /// mknod(2): make a FIFO (`S_IFIFO`), socket (`S_IFSOCK`), character or block device
+    /// (`S_IFCHR`, `S_IFBLK`, with device number `rdev`, root only: EPERM otherwise, as
+    /// Linux without CAP_MKNOD) or empty regular file (type 0 or `S_IFREG`) at `path`, with
+    /// the permission bits of `mode` (no umask is applied). `rdev` is ignored but for
+    /// devices, and must fit in 32 bits (glibc's `makedev` of a major below 4096 and a minor
+    /// below 2^20), else EINVAL. Such a node cannot be opened through this API
+    /// (`Opened::Special`).
+    pub fn mknod(&self, path: impl AsRef<[u8]>, mode: u32, rdev: u64) -> Result<()> {
+        self.mknod_from(None, path.as_ref(), mode, rdev)
+    }
+
+    pub fn mknod_at(&self, dir: Option<&File>, path: &[u8], mode: u32, rdev: u64) -> Result<()> {
+        self.mknod_from(base(dir), path, mode, rdev)
+    }
+
+    /// `mknod_at` with the directory given by its handle.
+    pub fn mknod_from(&self, dir: Option<Handle>, path: &[u8], mode: u32, rdev: u64) -> Result<()> {
+        // Linux refuses the type before it looks anything up.
+        crate::server::mknod_kind(mode, rdev)?;
+        self.retry_stale(|| {
+            let (p, name) = self.parent_for_change(dir, path)?;
+            if p.trailing_slash {
+                return Err(self.slash_name_error(p.dir, &name)?);
+            }
+            self.call_entry(Request::Mknod {
+                parent: p.dir,
+                name,
+                mode,
+                rdev,
+            })
+            .map(drop)
+        })
+    }
+
     /// Remove a file or symlink.
     pub fn unlink(&self, path: impl AsRef<[u8]>) -> Result<()> {
         self.unlink_at(None, path.as_ref(), false)
@@ -316,6 +350,10 @@ impl Fs {
             let (h, d) = self.resolve(None, path.as_ref(), true)?;
             if d.is_dir() {
                 return Err(Error::EISDIR);
+            }
+            // A FIFO, device or socket: before the permission check, as Linux.
+            if !d.is_reg() {
+                return Err(Error::EINVAL);
             }
             perm::check(self.creds(), &d, W)?;
             self.truncate_handle(h, size)

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 pub struct DirEntry {
     pub name: Vec<u8>,
     pub ino: u64,
-    /// `DT_REG`, `DT_DIR` or `DT_LNK`.
+    /// `DT_REG`, `DT_DIR`, `DT_LNK`, `DT_FIFO`, `DT_SOCK`, `DT_CHR` or `DT_BLK`.
     pub file_type: u8,
     /// Pass to `ReadDir::seek` to continue after this entry.
     pub cookie: u64,

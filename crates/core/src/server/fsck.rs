@@ -17,6 +17,8 @@ pub struct FsckReport {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, devices and sockets.
+    pub specials: u64,
     pub meta_pages: u64,
     pub data_pages: u64,
 }
@@ -100,6 +102,8 @@ impl Server {
                     ));
                     fixes.push(self.set64(ino, field::BLOCKS, exp.pages));
                 }
+            } else if d.is_special() {
+                r.specials += 1;
             } else if d.is_symlink() {
                 r.symlinks += 1;
                 if let Some(p) = self.check_symlink_target(ino, &d) {

@@ -30,7 +30,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 pub use data::zero_range_beyond_eof;
-pub use namespace::{check_name, ftype_of};
+pub use namespace::{check_name, ftype_of, mknod_kind};
 
 /// Retired items collected before trying to reclaim them.
 const RECLAIM_BATCH: usize = 4096;
@@ -214,6 +214,12 @@ impl Server {
                 name,
                 target,
             } => self.symlink(creds, parent, &name, &target),
+            Request::Mknod {
+                parent,
+                name,
+                mode,
+                rdev,
+            } => self.mknod(creds, parent, &name, mode, rdev),
             Request::Link {
                 target,
                 parent,

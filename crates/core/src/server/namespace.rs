@@ -1,16 +1,21 @@
-//! Namespace operations: create, mkdir, symlink, link, unlink, rmdir, rename (its own
-//! module).
+//! Namespace operations: create, mkdir, symlink, link, unlink, rmdir, rename and mknod (their
+//! own modules).
 
 use super::Server;
 use crate::alloc::Item;
 use crate::dir::{self, Found, Space};
 use crate::error::{Error, Result};
-use crate::inode::{InodeData, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, field};
+use crate::inode::{
+    InodeData, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK, field,
+};
 use crate::oplog::Entry;
 use crate::perm::{self, Creds, W, X};
 use crate::request::{Handle, Response};
 
+mod mknod;
 mod rename;
+
+pub use mknod::mknod_kind;
 
 pub const LINK_MAX: u32 = 65000;
 
@@ -37,6 +42,10 @@ pub fn ftype_of(mode: u32) -> u8 {
     match mode & S_IFMT {
         S_IFDIR => libc::DT_DIR,
         S_IFLNK => libc::DT_LNK,
+        S_IFIFO => libc::DT_FIFO,
+        S_IFCHR => libc::DT_CHR,
+        S_IFBLK => libc::DT_BLK,
+        S_IFSOCK => libc::DT_SOCK,
         _ => libc::DT_REG,
     }
 }
@@ -46,6 +55,16 @@ pub fn ftype_of(mode: u32) -> u8 {
 enum Place {
     Leaf { leaf: u64, slot: u64 },
     NewLeaf,
+}
+
+/// What a new inode holds besides its fields (`make_node`).
+#[derive(Clone, Copy)]
+enum Content<'a> {
+    Empty,
+    /// A symlink's target.
+    Target(&'a [u8]),
+    /// A device's number, kept in the root word.
+    Device(u64),
 }
 
 /// The most names one operation stages (rename's exchange).
@@ -259,7 +278,7 @@ impl Server {
         ))
     }
 
-    /// Shared body of create, mkdir and symlink, once `parent_of_new` has accepted the
+    /// Shared body of create, mkdir, symlink and mknod, once `parent_of_new` has accepted the
     /// name (`p` is the parent's inode, `space` where the name's entry would go).
     fn make_node(
         &mut self,
@@ -268,7 +287,7 @@ impl Server {
         (p, space): (&InodeData, Space),
         name: &[u8],
         mode: u32,
-        (target, early): (Option<&[u8]>, Option<(Handle, InodeData)>),
+        (content, early): (Content, Option<(Handle, InodeData)>),
     ) -> Result<Handle> {
         let (mut out, mut fresh) = self.take_bufs();
         if let Some((h, _)) = &early {
@@ -290,8 +309,10 @@ impl Server {
                     made
                 }
             };
-            if let Some(t) = target {
-                self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?;
+            match content {
+                Content::Empty => {}
+                Content::Target(t) => self.stage_symlink_target(h.ino, &mut d, t, &mut fresh)?,
+                Content::Device(rdev) => self.stage_device_number(h.ino, &mut d, rdev),
             }
             self.stage(
                 &[(parent.ino, name, h.ino, ftype_of(mode))],
@@ -381,7 +402,7 @@ impl Server {
                 created: false,
             });
         }
-        let handle = self.make_node(c, parent, (&p, space), name, mode, (None, early))?;
+        let handle = self.make_node(c, parent, (&p, space), name, mode, (Content::Empty, early))?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -397,7 +418,7 @@ impl Server {
     ) -> Result<Response> {
         let (p, space) = self.parent_of_new(parent, name)?;
         let mode = S_IFDIR | (mode & 0o1777);
-        let handle = self.make_node(c, parent, (&p, space), name, mode, (None, None))?;
+        let handle = self.make_node(c, parent, (&p, space), name, mode, (Content::Empty, None))?;
         Ok(Response::Entry {
             handle,
             created: true,
@@ -424,7 +445,7 @@ impl Server {
             (&p, space),
             name,
             S_IFLNK | 0o777,
-            (Some(target), None),
+            (Content::Target(target), None),
         )?;
         Ok(Response::Entry {
             handle,

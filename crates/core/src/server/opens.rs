@@ -127,6 +127,10 @@ impl Server {
         write: bool,
     ) -> Result<Response> {
         let d = self.inode(h)?;
+        if d.is_special() {
+            // The pool holds no data for a FIFO, device or socket: nothing to open here.
+            return Err(crate::fs::special_open_error(d.mode));
+        }
         let created = match self.created.get_mut(&client) {
             Some(v) => match v.iter().position(|&i| i == h.ino) {
                 Some(at) => {

@@ -17,7 +17,34 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
     let geo = fs.mount_info().geometry;
     let f = fs.stat("/d/f").unwrap();
     let good = fs.handle_of(f.ino).unwrap();
+    fs.mknod("/d/fifo", libc::S_IFIFO | 0o666, 0).unwrap();
+    let fifo = handle_at(&fs, "/d/fifo").unwrap();
+    let d_dir = handle_at(&fs, "/d").unwrap();
+    let mknod = |parent, name: &[u8], mode, rdev| Request::Mknod {
+        parent,
+        name: name.to_vec(),
+        mode,
+        rdev,
+    };
     let forged = [
+        // A node in a file, a directory, a type that does not exist, a number too wide, an
+        // invalid name, a name taken.
+        mknod(good, b"n", libc::S_IFIFO | 0o644, 0),
+        mknod(d_dir, b"n", libc::S_IFDIR | 0o755, 0),
+        mknod(d_dir, b"n", libc::S_IFMT | 0o644, 0),
+        mknod(d_dir, b"n", 0o050000 | 0o644, 0),
+        mknod(d_dir, b"n", libc::S_IFCHR | 0o644, 1 << 32),
+        mknod(d_dir, b"a/b", libc::S_IFSOCK | 0o644, 0),
+        mknod(d_dir, b"fifo", libc::S_IFBLK | 0o644, 0),
+        // A FIFO opened in the pool: there is nothing to read or write there.
+        Request::Open {
+            target: fifo,
+            write: true,
+        },
+        Request::Open {
+            target: fifo,
+            write: false,
+        },
         Request::Create {
             parent: Handle {
                 ino: 0,
@@ -159,11 +186,19 @@ fn forged_and_random_requests_get_errors_and_change_nothing() {
         let len = (rnd() % 200) as usize;
         let mut bytes: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
         if i % 2 == 0 && !bytes.is_empty() {
-            bytes[0] = (rnd() % 21) as u8; // a real request tag with garbage after it
+            bytes[0] = (rnd() % 22) as u8; // a real request tag with garbage after it
         }
         let _ = remote.call_raw(&bytes).unwrap();
     }
     assert_eq!(fs.read_file("/d/f").unwrap(), before);
+    let mut names: Vec<Vec<u8>> = fs
+        .read_dir("/d")
+        .unwrap()
+        .map(|e| e.unwrap().name)
+        .collect();
+    names.sort();
+    let want: [&[u8]; 4] = [b".", b"..", b"f", b"fifo"];
+    assert_eq!(names, want, "no node was made");
     let r = fs.fsck(false).unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
     drop(fs);
@@ -354,13 +389,15 @@ fn write_commits_need_a_write_open_and_a_legitimate_end() {
     check_clean(&d.pool);
 }
 
+/// The handle of what `path` names now, if the caller may reach it.
+fn handle_at(fs: &Fs, path: &str) -> Option<Handle> {
+    fs.stat(path).ok().and_then(|m| fs.handle_of(m.ino).ok())
+}
+
 /// A client that may not write a file cannot open it for writing, even with a forged Open,
 /// and so cannot commit to it (run as uid 65534 by `the_daemon_checks_the_client_uid...`).
 pub fn nobody_may_not_write(fs: &Fs) -> bool {
-    let Ok(m) = fs.stat("/rootonly/file") else {
-        return false;
-    };
-    let Ok(h) = fs.handle_of(m.ino) else {
+    let Some(h) = handle_at(fs, "/rootonly/file") else {
         return false;
     };
     let open = send(
@@ -392,6 +429,31 @@ pub fn nobody_may_not_write(fs: &Fs) -> bool {
     errno(open) == Some(libc::EACCES)
         && errno(fall) == Some(libc::EBADF)
         && errno(commit) == Some(libc::EBADF)
+}
+
+/// A client that is not root makes no device, not even with a forged request, and makes a
+/// FIFO where it may write (run as uid 65534 with `/open` writable by all).
+pub fn nobody_makes_fifos_and_no_devices(fs: &Fs) -> bool {
+    let Some(open) = handle_at(fs, "/open") else {
+        return false;
+    };
+    let forged = send(
+        fs,
+        &Request::Mknod {
+            parent: open,
+            name: b"null".to_vec(),
+            mode: libc::S_IFCHR | 0o666,
+            rdev: libc::makedev(1, 3),
+        },
+    );
+    let refused = |r: engram_core::Result<()>| r.err().map(|e| e.errno()) == Some(libc::EPERM);
+    forged.err().map(|e| e.errno()) == Some(libc::EPERM)
+        && refused(fs.mknod("/open/sda", libc::S_IFBLK | 0o660, libc::makedev(8, 0)))
+        && fs.lstat("/open/null").is_err()
+        && fs.mknod("/open/fifo", libc::S_IFIFO | 0o600, 0).is_ok()
+        && fs
+            .lstat("/open/fifo")
+            .is_ok_and(|m| m.is_fifo() && m.uid == 65534)
 }
 
 /// The daemon's log gets a line for a forged request, none for a call's ordinary answers

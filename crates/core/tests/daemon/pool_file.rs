@@ -4,11 +4,11 @@ use super::{Daemon, serve};
 use engram_core::{Fs, OpenOptions, Options, sidefiles};
 use std::path::{Path, PathBuf};
 
-/// What clients of an earlier run left in /dev/shm for inodes since freed (lock and mapping
-/// files of the pool) is removed when the daemon starts, and so is a live inode's mapping
-/// file that no process holds (written back first if marked current: tests/backing_files.rs);
-/// a live inode's lock file (a client that outlived the daemon may hold one) and another
-/// pool's files are not.
+/// What clients of an earlier run left in /dev/shm for inodes since freed (lock, mapping
+/// and FIFO files of the pool) is removed when the daemon starts, and so is a live inode's
+/// mapping file that no process holds (written back first if marked current:
+/// tests/backing_files.rs); a live inode's lock file and FIFO (a client that outlived the
+/// daemon may hold one) and another pool's files are not.
 #[test]
 fn the_daemon_removes_what_earlier_clients_left_of_freed_inodes() {
     let mut d = Daemon::start("sidefiles", 16 << 20);
@@ -32,6 +32,7 @@ fn the_daemon_removes_what_earlier_clients_left_of_freed_inodes() {
     let dead = [
         sidefiles::lock_file(id(&d.pool), freed.ino, freed.generation),
         sidefiles::map_file(id(&d.pool), freed.ino, freed.generation),
+        sidefiles::fifo_file(id(&d.pool), freed.ino, freed.generation),
         // A slot never used, and the live inode under an older generation.
         sidefiles::lock_file(id(&d.pool), 12, 3),
         sidefiles::lock_file(id(&d.pool), live.ino, live.generation.wrapping_sub(1)),
@@ -39,6 +40,7 @@ fn the_daemon_removes_what_earlier_clients_left_of_freed_inodes() {
     ];
     let kept = [
         sidefiles::lock_file(id(&d.pool), live.ino, live.generation),
+        sidefiles::fifo_file(id(&d.pool), live.ino, live.generation),
         sidefiles::lock_file(id(&other), freed.ino, freed.generation),
     ];
     for f in dead.iter().chain(&kept) {
@@ -60,12 +62,12 @@ fn the_daemon_removes_what_earlier_clients_left_of_freed_inodes() {
         let _ = std::fs::remove_file(f);
     }
     assert_eq!(
-        dead_left, [false; 5],
+        dead_left, [false; 6],
         "the files of freed inodes, and an unheld mapping file, are removed"
     );
     assert_eq!(
-        kept_left, [true; 2],
-        "a live inode's lock file and another pool's files stay"
+        kept_left, [true; 3],
+        "a live inode's lock file and FIFO, and another pool's files, stay"
     );
 }
 

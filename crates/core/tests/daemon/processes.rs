@@ -176,11 +176,14 @@ pub(crate) fn nobody_worker() {
     let allowed = fs.write_file("/open/mine", b"n").is_ok();
     let owner = fs.stat("/open/mine").map(|m| m.uid).ok();
     let no_write = forged::nobody_may_not_write(&fs);
-    std::process::exit(if denied && allowed && owner == Some(65534) && no_write {
-        20
-    } else {
-        1
-    });
+    let no_devices = forged::nobody_makes_fifos_and_no_devices(&fs);
+    std::process::exit(
+        if denied && allowed && owner == Some(65534) && no_write && no_devices {
+            20
+        } else {
+            1
+        },
+    );
 }
 
 #[test]
