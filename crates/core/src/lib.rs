@@ -26,5 +26,7 @@ pub mod wire;
 
 pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Opened, Options, ReadDir};
 pub use perm::Creds;
-pub use request::{Clear, Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs};
+pub use request::{
+    Clear, Fallocate, Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs,
+};
 pub use server::{FsckReport, ServerStats};

@@ -177,6 +177,33 @@ pub enum Clear {
     ZeroRange { keep_size: bool },
 }
 
+/// What a fallocate(2) mode asks of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallocate {
+    /// Mode 0 (the size grows to the range's end) or `FALLOC_FL_KEEP_SIZE`.
+    Allocate {
+        keep_size: bool,
+    },
+    Clear(Clear),
+}
+
+impl Fallocate {
+    /// The modes EngramFS has; a punch without `KEEP_SIZE` is refused as Linux refuses it,
+    /// and collapsing and inserting ranges are not in the engine (EOPNOTSUPP both).
+    pub fn from_mode(mode: i32) -> crate::Result<Fallocate> {
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        const ZERO_KEEP: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        Ok(match mode {
+            0 => Fallocate::Allocate { keep_size: false },
+            libc::FALLOC_FL_KEEP_SIZE => Fallocate::Allocate { keep_size: true },
+            PUNCH => Fallocate::Clear(Clear::PunchHole),
+            libc::FALLOC_FL_ZERO_RANGE => Fallocate::Clear(Clear::ZeroRange { keep_size: false }),
+            ZERO_KEEP => Fallocate::Clear(Clear::ZeroRange { keep_size: true }),
+            _ => return Err(crate::Error::EOPNOTSUPP),
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
     pub block_size: u64,

@@ -169,19 +169,8 @@ impl EngramFuse {
         mode: i32,
     ) -> Result<()> {
         self.writable()?;
-        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        const ZERO_KEEP: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-        let file = self.file(fh.0)?;
-        match mode {
-            0 => file.allocate(offset, len, false),
-            libc::FALLOC_FL_KEEP_SIZE => file.allocate(offset, len, true),
-            PUNCH => file.punch_hole(offset, len),
-            libc::FALLOC_FL_ZERO_RANGE => file.zero_range(offset, len, false),
-            ZERO_KEEP => file.zero_range(offset, len, true),
-            // A punch must keep the size; collapsing and inserting ranges are not in the
-            // engine.
-            _ => Err(Error::EOPNOTSUPP),
-        }
+        let mode = engram_core::Fallocate::from_mode(mode)?;
+        self.file(fh.0)?.fallocate(mode, offset, len)
     }
 
     /// copy_file_range inside the mount: one request instead of a read and a write per

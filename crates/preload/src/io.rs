@@ -6,7 +6,7 @@ use crate::session::op;
 use crate::table::OpenFile;
 use crate::util::{Res, en, guard, guard_errno};
 use crate::{ours, real};
-use engram_core::Clear;
+use engram_core::Fallocate;
 use libc::{c_int, c_uint, c_void, iovec, off_t, size_t, ssize_t};
 use std::sync::Arc;
 
@@ -430,28 +430,19 @@ fn allocate_of(of: &OpenFile, mode: c_int, off: off_t, len: off_t) -> Res<()> {
         return Err(libc::EISDIR);
     }
     let (off, len) = (off as u64, len as u64);
-    let clear = |how| {
-        let change = || of.with_file(|f| f.clear(off, len, how).map_err(en));
-        let zeroed = Some((off, off.saturating_add(len)));
-        crate::mmap::clearing(of.handle(), || size_of(of), zeroed, change)
-    };
-    const PUNCH: c_int = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-    const ZERO_KEEP: c_int = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-    let keep = match mode {
-        0 => false,
-        libc::FALLOC_FL_KEEP_SIZE => true,
-        PUNCH => return clear(Clear::PunchHole),
-        libc::FALLOC_FL_ZERO_RANGE => return clear(Clear::ZeroRange { keep_size: false }),
-        ZERO_KEEP => return clear(Clear::ZeroRange { keep_size: true }),
-        // A punch must keep the size; collapsing and inserting ranges are not supported.
-        _ => return Err(libc::EOPNOTSUPP),
-    };
-    let allocate = || of.with_file(|f| f.allocate(off, len, keep).map_err(en));
-    if keep {
+    let mode = Fallocate::from_mode(mode).map_err(en)?;
+    let change = || of.with_file(|f| f.fallocate(mode, off, len).map_err(en));
+    match mode {
         // The size stays, and so do the bytes.
-        return allocate();
+        Fallocate::Allocate { keep_size: true } => change(),
+        Fallocate::Allocate { keep_size: false } => {
+            crate::mmap::resizing(of.handle(), || size_of(of), change)
+        }
+        Fallocate::Clear(_) => {
+            let zeroed = Some((off, off.saturating_add(len)));
+            crate::mmap::clearing(of.handle(), || size_of(of), zeroed, change)
+        }
     }
-    crate::mmap::resizing(of.handle(), || size_of(of), allocate)
 }
 
 macro_rules! fallocates {

@@ -72,12 +72,14 @@ pub fn side(r: Res<Route>, follow: bool) -> Res<Side> {
         return desc_side(fd, orig, follow);
     }
     let fs = session::fs()?;
-    if let Route::At { dir, fd, rel } = &r
-        && let Some(s) = crate::removed::side(fs, *fd, dir.handle(), rel, follow)?
-    {
-        return Ok(s);
-    }
-    let raw = match r.joined()? {
+    let raw = match r {
+        Route::At { dir, fd, rel } => {
+            if let Some(s) = crate::removed::side(fs, fd, dir.handle(), rel, follow)? {
+                return Ok(s);
+            }
+            // Not removed (looked at just now): `Route::joined` would look again.
+            crate::route::joined_path(fd, dir, rel, true)?.into()
+        }
         Route::Ours(raw) => raw,
         _ => return Err(libc::EINVAL),
     };

@@ -10,7 +10,7 @@ use crate::index;
 use crate::inode::{self, InodeData};
 use crate::layout::PAGE;
 use crate::range_lock::RangeLock;
-use crate::request::{Clear, Handle, Request, SetAttr, SetTime};
+use crate::request::{Clear, Fallocate, Handle, Request, SetAttr, SetTime};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -317,6 +317,14 @@ impl File {
     /// the range's end if that is larger.
     pub fn zero_range(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
         self.clear(offset, len, Clear::ZeroRange { keep_size })
+    }
+
+    /// fallocate(2) with `mode` (`Fallocate::from_mode`).
+    pub fn fallocate(&self, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
+        match mode {
+            Fallocate::Allocate { keep_size } => self.allocate(offset, len, keep_size),
+            Fallocate::Clear(how) => self.clear(offset, len, how),
+        }
     }
 
     /// Make `[offset, offset + len)` read as zeros, as `how` says.

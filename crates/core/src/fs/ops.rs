@@ -92,13 +92,7 @@ impl Fs {
             if p.trailing_slash {
                 return Err(self.slash_name_error(p.dir, &name)?);
             }
-            self.call_entry(Request::Mknod {
-                parent: p.dir,
-                name,
-                mode,
-                rdev,
-            })
-            .map(drop)
+            self.mknod_in(p.dir, &name, mode, rdev).map(drop)
         })
     }
 

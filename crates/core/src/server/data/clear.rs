@@ -75,15 +75,13 @@ impl Server {
             }
             updates.push((pg, new));
         }
+        let mut extra = Vec::new();
         if grows {
             // What lies between the old end of file and the range becomes visible.
             let in_place = !self.others_write(client, h.ino);
             let inside = |pg: u64| (first..last).contains(&pg);
             let replaced = self.zero_beyond_eof(in_place, &d, (d.size, offset), 0..0, &inside);
             self.take_replaced(replaced, &mut pages, &mut updates)?;
-        }
-        let mut extra = Vec::new();
-        if grows {
             extra.push(self.set64(h.ino, field::SIZE, end));
         }
         let now = self.now();
