@@ -2,9 +2,9 @@
 //! existing one) against a plain memcpy of the same size into DRAM, the physical limit,
 //! measured in the same run.
 
-use crate::measure::{self, counted, timed};
-use crate::micro::fill;
-use crate::targets::{Open, Target};
+use crate::measure::{self, timed};
+use crate::micro::{appends, fill};
+use crate::targets::Target;
 use crate::{Bench, Ctx, Group, Scale, Unit};
 use std::io;
 
@@ -16,14 +16,7 @@ fn mb(bytes_per_sec: f64) -> f64 {
 
 fn append(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64> {
     ctx.scratch(t, |dir| {
-        let fs: Vec<_> = (0..threads)
-            .map(|i| t.open(&format!("{dir}/big{i}"), Open::APPEND))
-            .collect::<io::Result<_>>()?;
-        let rate = counted(threads, CHUNK, ctx.scale.bw_mib, |w, _| {
-            let n = fs[w.tid].append(&w.buf)?;
-            Ok(n as u64)
-        })?;
-        Ok(mb(rate))
+        appends(ctx, t, dir, threads, CHUNK, ctx.scale.bw_mib).map(|ops| mb(ops * CHUNK as f64))
     })
 }
 
@@ -50,7 +43,7 @@ pub(crate) fn benches(scale: &Scale) -> Vec<Bench> {
             .with("memcpy", memcpy)
             .on_targets(append)
             .note(format!(
-                "append: {} MiB per thread into a new file; overwrite: 1 MiB writes over a \
+                "append: {} MiB per thread into a new file, in rounds; overwrite: 1 MiB writes over a \
                  {} MiB file; memcpy: 1 MiB copies into a 64 MiB DRAM buffer",
                 scale.bw_mib, scale.bw_mib
             )),

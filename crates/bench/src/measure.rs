@@ -1,5 +1,5 @@
-//! Running an operation on N threads for a fixed time or a fixed count, and the DRAM
-//! memcpy references measured the same way.
+//! Running an operation on N threads for a fixed time, a fixed count or in rounds, and the
+//! DRAM memcpy references measured the same way.
 
 use std::io;
 use std::sync::Barrier;
@@ -151,43 +151,18 @@ impl Slices {
     }
 }
 
-/// Run `op` on `threads` threads for the budget's duration; returns the units it reported
-/// per second (the median of its slices, see `SLICES`), summed over the threads.
-pub fn timed<F>(threads: usize, buf_len: usize, b: Budget, op: F) -> io::Result<f64>
+/// Run `body` on `threads` threads, each with its own `Worker` and all sharing one barrier
+/// (each waits on it once, when its measurement starts); returns the sum of their rates.
+fn on_threads<F>(threads: usize, buf_len: usize, body: F) -> io::Result<f64>
 where
-    F: Fn(&mut Worker, u64) -> io::Result<u64> + Sync,
+    F: Fn(&mut Worker, &Barrier) -> io::Result<f64> + Sync,
 {
     let barrier = Barrier::new(threads);
     let rates = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|tid| {
-                let (barrier, op) = (&barrier, &op);
-                s.spawn(move || -> io::Result<f64> {
-                    let mut w = Worker::new(tid, threads, buf_len);
-                    let mut i = 0u64;
-                    let warm_end = Instant::now() + b.warmup;
-                    let warm = (|| -> io::Result<()> {
-                        while Instant::now() < warm_end {
-                            op(&mut w, i)?;
-                            i += 1;
-                        }
-                        Ok(())
-                    })();
-                    barrier.wait();
-                    warm?;
-                    let mut slices = Slices::new(b.duration);
-                    let mut units = 0u64;
-                    loop {
-                        for _ in 0..4 {
-                            units += op(&mut w, i)?;
-                            i += 1;
-                        }
-                        if slices.tick(&mut units) {
-                            break;
-                        }
-                    }
-                    Ok(slices.median())
-                })
+                let (barrier, body) = (&barrier, &body);
+                s.spawn(move || body(&mut Worker::new(tid, threads, buf_len), barrier))
             })
             .collect();
         handles
@@ -198,43 +173,123 @@ where
     rates.into_iter().sum()
 }
 
+/// Run `op` on `threads` threads for the budget's duration; returns the units it reported
+/// per second (the median of its slices, see `SLICES`), summed over the threads.
+pub fn timed<F>(threads: usize, buf_len: usize, b: Budget, op: F) -> io::Result<f64>
+where
+    F: Fn(&mut Worker, u64) -> io::Result<u64> + Sync,
+{
+    on_threads(threads, buf_len, |w, barrier| {
+        let mut i = 0u64;
+        let warm_end = Instant::now() + b.warmup;
+        let warm = (|| -> io::Result<()> {
+            while Instant::now() < warm_end {
+                op(w, i)?;
+                i += 1;
+            }
+            Ok(())
+        })();
+        barrier.wait();
+        warm?;
+        let mut slices = Slices::new(b.duration);
+        let mut units = 0u64;
+        loop {
+            for _ in 0..4 {
+                units += op(w, i)?;
+                i += 1;
+            }
+            if slices.tick(&mut units) {
+                break;
+            }
+        }
+        Ok(slices.median())
+    })
+}
+
 /// Run `op` `count` times on each of `threads` threads (with `i` = 0..count); returns the
 /// units per second (the median of its slices, see `SLICES`), summed over the threads.
 pub fn counted<F>(threads: usize, buf_len: usize, count: usize, op: F) -> io::Result<f64>
 where
     F: Fn(&mut Worker, u64) -> io::Result<u64> + Sync,
 {
-    let barrier = Barrier::new(threads);
-    let rates = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|tid| {
-                let (barrier, op) = (&barrier, &op);
-                s.spawn(move || -> io::Result<f64> {
-                    let mut w = Worker::new(tid, threads, buf_len);
-                    barrier.wait();
-                    let per = count.div_ceil(SLICES).max(1) as u64;
-                    let mut rates = Vec::with_capacity(SLICES);
-                    let mut units = 0u64;
-                    let mut t0 = Instant::now();
-                    for i in 0..count as u64 {
-                        units += op(&mut w, i)?;
-                        if (i + 1) % per == 0 || i + 1 == count as u64 {
-                            let now = Instant::now();
-                            let secs = (now - t0).as_secs_f64().max(1e-9);
-                            rates.push(std::mem::take(&mut units) as f64 / secs);
-                            t0 = now;
-                        }
-                    }
-                    Ok(median(rates))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("panic"))))
-            .collect::<Vec<_>>()
-    });
-    rates.into_iter().sum()
+    on_threads(threads, buf_len, |w, barrier| {
+        barrier.wait();
+        let per = count.div_ceil(SLICES).max(1) as u64;
+        let mut rates = Vec::with_capacity(SLICES);
+        let mut units = 0u64;
+        let mut t0 = Instant::now();
+        for i in 0..count as u64 {
+            units += op(w, i)?;
+            if (i + 1) % per == 0 || i + 1 == count as u64 {
+                let now = Instant::now();
+                let secs = (now - t0).as_secs_f64().max(1e-9);
+                rates.push(std::mem::take(&mut units) as f64 / secs);
+                t0 = now;
+            }
+        }
+        Ok(median(rates))
+    })
+}
+
+/// What a round of `rounds` does on one thread: `setup` (not timed) makes the state the
+/// round's operations need, `op` (timed) is called `count` times with `i` = 0..count, and
+/// `teardown` (not timed) undoes what they did.
+pub struct Round<Setup, Op, Teardown> {
+    pub count: usize,
+    pub setup: Setup,
+    pub op: Op,
+    pub teardown: Teardown,
+}
+
+/// An operation that uses up something (an append grows a file, a create grows a
+/// directory), so that it cannot simply run for a while, measured in rounds: each thread
+/// runs one round to warm up, then rounds for the budget's duration. Returns the units per second (the median of the rounds' rates), summed over the
+/// threads.
+///
+/// A single round of a fast target lasted a few milliseconds (16,384 appends of 4 KiB,
+/// 256 MiB in 1 MiB appends, 5,000 creates): the host's pauses of that length decided the
+/// result of one run in five (docs/performance.md).
+pub fn rounds<S, Setup, Op, Teardown>(
+    threads: usize,
+    buf_len: usize,
+    b: Budget,
+    round: Round<Setup, Op, Teardown>,
+) -> io::Result<f64>
+where
+    Setup: Fn(&mut Worker) -> io::Result<S> + Sync,
+    Op: Fn(&mut Worker, &mut S, u64) -> io::Result<u64> + Sync,
+    Teardown: Fn(&mut Worker, S) -> io::Result<()> + Sync,
+{
+    let one = |w: &mut Worker| -> io::Result<f64> {
+        let mut state = (round.setup)(w)?;
+        let t0 = Instant::now();
+        let mut units = 0u64;
+        let ran = (|| -> io::Result<()> {
+            for i in 0..round.count as u64 {
+                units += (round.op)(w, &mut state, i)?;
+            }
+            Ok(())
+        })();
+        let secs = t0.elapsed().as_secs_f64().max(1e-9);
+        (round.teardown)(w, state)?;
+        ran?;
+        Ok(units as f64 / secs)
+    };
+    on_threads(threads, buf_len, |w, barrier| {
+        let warm = one(w);
+        barrier.wait();
+        warm?;
+        let mut rates = Vec::new();
+        let mut timed = Duration::ZERO;
+        while timed < b.duration {
+            let t0 = Instant::now();
+            rates.push(one(w)?);
+            // The setup and teardown count too, so that a slow teardown cannot make a
+            // run of many rounds last much longer than the budget.
+            timed += t0.elapsed();
+        }
+        Ok(median(rates))
+    })
 }
 
 /// 4 KiB copies per second out of a 1 MiB DRAM buffer into a 4 KiB one, in the block order

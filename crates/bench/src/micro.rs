@@ -2,7 +2,7 @@
 //! a private and a shared file, appends, write + fdatasync, create/unlink/rename in private
 //! directories and in one shared directory, stat of a deep path, readdir of a big directory.
 
-use crate::measure::{self, block, counted, timed};
+use crate::measure::{self, Round, Worker, block, counted, rounds, timed};
 use crate::targets::{HeldPath, Open, Target, TargetFile};
 use crate::{Bench, Ctx, Group, Scale, Unit};
 use std::io;
@@ -104,13 +104,31 @@ fn write_fdatasync(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64>
 
 fn append(ctx: &Ctx, t: &dyn Target, threads: usize) -> io::Result<f64> {
     ctx.scratch(t, |dir| {
-        let fs: Vec<_> = (0..threads)
-            .map(|i| t.open(&format!("{dir}/log{i}"), Open::APPEND))
-            .collect::<io::Result<_>>()?;
-        counted(threads, BLOCK, ctx.scale.append_ops, |w, _| {
-            check(fs[w.tid].append(&w.buf)?, BLOCK)
-        })
+        appends(ctx, t, dir, threads, BLOCK, ctx.scale.append_ops)
     })
+}
+
+/// Appends per second: `count` appends of `len` bytes per thread, each thread into a new file of its own in
+/// `dir`, in rounds (`measure::rounds`): the file is removed after each.
+pub(crate) fn appends(
+    ctx: &Ctx,
+    t: &dyn Target,
+    dir: &str,
+    threads: usize,
+    len: usize,
+    count: usize,
+) -> io::Result<f64> {
+    let path = |w: &Worker| format!("{dir}/log{}", w.tid);
+    let round = Round {
+        count,
+        setup: |w: &mut Worker| t.open(&path(w), Open::APPEND),
+        op: |w: &mut Worker, f: &mut Box<dyn TargetFile>, _| check(f.append(&w.buf)?, len),
+        teardown: |w: &mut Worker, f: Box<dyn TargetFile>| {
+            drop(f);
+            t.unlink(&path(w))
+        },
+    };
+    rounds(threads, len, ctx.scale.budget, round)
 }
 
 /// Names for the metadata benchmarks: per thread, in its own directory or the shared one.
@@ -216,11 +234,13 @@ pub(crate) fn benches(scale: &Scale) -> Vec<Bench> {
         Bench::new(g, "read 4K private", ops)
             .with("memcpy", memcpy)
             .on_targets(|c, t, n| read(c, t, n, false))
-            .note(
+            .note(format!(
                 "each value is the median rate of 5 slices of the run, summed over the \
-                 threads; memcpy: 4 KiB copies out of a 1 MiB DRAM buffer in the same \
+                 threads (append: the median of rounds of {} appends into a new file, for \
+                 the same time); memcpy: 4 KiB copies out of a 1 MiB DRAM buffer in the same \
                  block order",
-            ),
+                scale.append_ops
+            )),
         Bench::new(g, "read 4K shared", ops)
             .with("memcpy", memcpy)
             .on_targets(|c, t, n| read(c, t, n, true)),

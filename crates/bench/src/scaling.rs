@@ -2,7 +2,7 @@
 //! against log length and number of files, and mkfs and mount time against pool size
 //! (EngramFS only: those make their own pools).
 
-use crate::measure::counted;
+use crate::measure::{Round, Worker, rounds};
 use crate::targets::Target;
 use crate::targets::engram::{mkfs_sparse, pool_path};
 use crate::{Bench, Ctx, Group, Scale, Unit};
@@ -12,7 +12,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Mean µs of `probe` creates in a directory already holding `entries` files.
+/// µs per create of `probe` creates in a directory already holding `entries` files (the
+/// median of rounds).
 fn create_at(ctx: &Ctx, t: &dyn Target, entries: usize) -> io::Result<f64> {
     let probe = ctx.scale.scaling_probe;
     let run = |t: &dyn Target, dir: &str| -> io::Result<f64> {
@@ -21,11 +22,16 @@ fn create_at(ctx: &Ctx, t: &dyn Target, entries: usize) -> io::Result<f64> {
         for i in 0..entries {
             t.create(&format!("{d}/f{i:07}"))?;
         }
+        // The probe's files are removed after each round, so that every round creates in
+        // a directory of `entries`.
         let names: Vec<String> = (0..probe).map(|i| format!("{d}/p{i}")).collect();
-        let rate = counted(1, 0, probe, |_, i| {
-            t.create(&names[i as usize])?;
-            Ok(1)
-        })?;
+        let round = Round {
+            count: probe,
+            setup: |_: &mut Worker| Ok(()),
+            op: |_: &mut Worker, _: &mut (), i| t.create(&names[i as usize]).map(|()| 1),
+            teardown: |_: &mut Worker, ()| names.iter().try_for_each(|n| t.unlink(n)),
+        };
+        let rate = rounds(1, 0, ctx.scale.budget, round)?;
         Ok(1e6 / rate)
     };
     match t.fresh((entries + probe) as u64) {
@@ -187,8 +193,9 @@ pub(crate) fn benches(scale: &Scale) -> Vec<Bench> {
         .on_targets(move |c, t, _| create_at(c, t, n));
         if v.is_empty() {
             b = b.note(format!(
-                "mean of {} creates (open O_CREAT|O_EXCL + close) in one directory that \
-                 already holds that many files; EngramFS targets get a fresh pool sized \
+                "rounds of {} creates (open O_CREAT|O_EXCL + close, removed after each \
+                 round) in one directory that already holds that many files, the median \
+                 round's mean; EngramFS targets get a fresh pool sized \
                  for it{}",
                 count(scale.scaling_probe),
                 if quick {
