@@ -1,5 +1,5 @@
-//! Running an operation on N threads for a fixed time, a fixed count or in rounds, and the
-//! DRAM memcpy references measured the same way.
+//! Running an operation on N threads for a fixed time or in rounds, and the DRAM memcpy
+//! references measured the same way.
 
 use std::io;
 use std::sync::Barrier;
@@ -206,31 +206,6 @@ where
     })
 }
 
-/// Run `op` `count` times on each of `threads` threads (with `i` = 0..count); returns the
-/// units per second (the median of its slices, see `SLICES`), summed over the threads.
-pub fn counted<F>(threads: usize, buf_len: usize, count: usize, op: F) -> io::Result<f64>
-where
-    F: Fn(&mut Worker, u64) -> io::Result<u64> + Sync,
-{
-    on_threads(threads, buf_len, |w, barrier| {
-        barrier.wait();
-        let per = count.div_ceil(SLICES).max(1) as u64;
-        let mut rates = Vec::with_capacity(SLICES);
-        let mut units = 0u64;
-        let mut t0 = Instant::now();
-        for i in 0..count as u64 {
-            units += op(w, i)?;
-            if (i + 1) % per == 0 || i + 1 == count as u64 {
-                let now = Instant::now();
-                let secs = (now - t0).as_secs_f64().max(1e-9);
-                rates.push(std::mem::take(&mut units) as f64 / secs);
-                t0 = now;
-            }
-        }
-        Ok(median(rates))
-    })
-}
-
 /// What a round of `rounds` does on one thread: `setup` (not timed) makes the state the
 /// round's operations need, `op` (timed) is called `count` times with `i` = 0..count, and
 /// `teardown` (not timed) undoes what they did.
@@ -246,9 +221,9 @@ pub struct Round<Setup, Op, Teardown> {
 /// runs one round to warm up, then rounds for the budget's duration. Returns the units per second (the median of the rounds' rates), summed over the
 /// threads.
 ///
-/// A single round of a fast target lasted a few milliseconds (16,384 appends of 4 KiB,
-/// 256 MiB in 1 MiB appends, 5,000 creates): the host's pauses of that length decided the
-/// result of one run in five (docs/performance.md).
+/// These were measured once, a fixed count: on a fast target a few milliseconds (20,000
+/// creates, 16,384 appends of 4 KiB, 256 MiB in 1 MiB appends), which the host's pauses of
+/// that length decided in one run in five (docs/performance.md).
 pub fn rounds<S, Setup, Op, Teardown>(
     threads: usize,
     buf_len: usize,

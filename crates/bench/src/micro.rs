@@ -2,7 +2,7 @@
 //! a private and a shared file, appends, write + fdatasync, create/unlink/rename in private
 //! directories and in one shared directory, stat of a deep path, readdir of a big directory.
 
-use crate::measure::{self, Round, Worker, block, counted, rounds, timed};
+use crate::measure::{self, Round, Worker, block, rounds, timed};
 use crate::targets::{HeldPath, Open, Target, TargetFile};
 use crate::{Bench, Ctx, Group, Scale, Unit};
 use std::io;
@@ -163,26 +163,37 @@ enum MetaOp {
     Rename,
 }
 
+/// `meta_ops` creates, unlinks or renames per thread, in rounds (`measure::rounds`): a
+/// round's files are made before it (unlink, rename) and removed after it, outside the
+/// clock, so that every round runs in directories of the same size.
 fn meta(ctx: &Ctx, t: &dyn Target, threads: usize, shared: bool, op: MetaOp) -> io::Result<f64> {
     let n = ctx.scale.meta_ops;
     ctx.scratch(t, |dir| {
         meta_dirs(t, dir, threads, shared)?;
         let from = names(dir, threads, n, shared, "f");
-        if !matches!(op, MetaOp::Create) {
-            for p in from.iter().flatten() {
-                t.create(p)?;
-            }
-        }
         let to = names(dir, threads, n, shared, "r");
-        counted(threads, 0, n, |w, i| {
-            let p = &from[w.tid][i as usize];
-            match op {
-                MetaOp::Create => t.create(p)?,
-                MetaOp::Unlink => t.unlink(p)?,
-                MetaOp::Rename => t.rename(p, &to[w.tid][i as usize])?,
-            }
-            Ok(1)
-        })
+        let round = Round {
+            count: n,
+            setup: |w: &mut Worker| match op {
+                MetaOp::Create => Ok(()),
+                MetaOp::Unlink | MetaOp::Rename => from[w.tid].iter().try_for_each(|p| t.create(p)),
+            },
+            op: |w: &mut Worker, _: &mut (), i| {
+                let p = &from[w.tid][i as usize];
+                match op {
+                    MetaOp::Create => t.create(p)?,
+                    MetaOp::Unlink => t.unlink(p)?,
+                    MetaOp::Rename => t.rename(p, &to[w.tid][i as usize])?,
+                }
+                Ok(1)
+            },
+            teardown: |w: &mut Worker, ()| match op {
+                MetaOp::Create => from[w.tid].iter().try_for_each(|p| t.unlink(p)),
+                MetaOp::Unlink => Ok(()),
+                MetaOp::Rename => to[w.tid].iter().try_for_each(|p| t.unlink(p)),
+            },
+        };
+        rounds(threads, 0, ctx.scale.budget, round)
     })
 }
 
@@ -236,10 +247,10 @@ pub(crate) fn benches(scale: &Scale) -> Vec<Bench> {
             .on_targets(|c, t, n| read(c, t, n, false))
             .note(format!(
                 "each value is the median rate of 5 slices of the run, summed over the \
-                 threads (append: the median of rounds of {} appends into a new file, for \
-                 the same time); memcpy: 4 KiB copies out of a 1 MiB DRAM buffer in the same \
+                 threads (append, create, unlink, rename: the median of rounds of {} appends \
+                 into a new file or {} files, for the same time); memcpy: 4 KiB copies out of a 1 MiB DRAM buffer in the same \
                  block order",
-                scale.append_ops
+                scale.append_ops, scale.meta_ops
             )),
         Bench::new(g, "read 4K shared", ops)
             .with("memcpy", memcpy)
