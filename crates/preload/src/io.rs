@@ -29,6 +29,30 @@ pub fn read_of(of: &OpenFile, b: &mut [u8]) -> Res<usize> {
 }
 
 pub fn pwrite_of(of: &OpenFile, data: &[u8], off: u64) -> Res<usize> {
+    write_placing(of, data, Some(off), of.flags() & libc::O_APPEND != 0)
+}
+
+pub fn write_of(of: &OpenFile, data: &[u8]) -> Res<usize> {
+    write_placing(of, data, None, of.flags() & libc::O_APPEND != 0)
+}
+
+/// A write at `at` (`None`: at the description's offset, which then moves past it), or at
+/// the end of file if `append` (opened with O_APPEND, or pwritev2's `RWF_APPEND`), wherever
+/// `at` says, as Linux does.
+fn write_placing(of: &OpenFile, data: &[u8], at: Option<u64>, append: bool) -> Res<usize> {
+    match at {
+        Some(off) => placed_of(of, data, (!append).then_some(off)).map(|(n, _)| n),
+        None => {
+            let _p = of.lock_offset();
+            let (n, end) = placed_of(of, data, (!append).then(|| of.offset()))?;
+            of.set_offset(end);
+            Ok(n)
+        }
+    }
+}
+
+/// Write at `Some(off)`, or at the end of file; returns how many bytes and where they end.
+fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
     if of.is_dir() {
         return Err(libc::EISDIR);
     }
@@ -36,28 +60,32 @@ pub fn pwrite_of(of: &OpenFile, data: &[u8], off: u64) -> Res<usize> {
         return Err(libc::EBADF);
     }
     let hold = crate::mmap::hold_for_write(of);
-    let (n, end) = of.with_file(|f| f.write_at_end(data, off).map_err(en))?;
-    // Where the bytes went: opened for appending, the end of file, whatever `off` said.
+    let (n, end) = of.with_file(|f| f.write_placed(data, at).map_err(en))?;
     crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
-    Ok(n)
+    Ok((n, end))
 }
 
-pub fn write_of(of: &OpenFile, data: &[u8]) -> Res<usize> {
-    let _p = of.lock_offset();
-    if of.flags() & libc::O_APPEND != 0 {
-        if !of.writable() {
-            return Err(libc::EBADF);
-        }
-        let hold = crate::mmap::hold_for_write(of);
-        let (n, end) = of.with_file(|f| f.write_at_end(data, 0).map_err(en))?;
-        crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
-        of.set_offset(end);
-        return Ok(n);
+/// preadv2/pwritev2 flags. Those that change nothing here are accepted (every write is
+/// durable when it returns, and none waits for a device); `RWF_APPEND` and `RWF_NOAPPEND`
+/// say where a write goes; the others (`RWF_ATOMIC`, `RWF_DONTCACHE`, unknown ones) are
+/// EOPNOTSUPP, as tmpfs answers. Returns whether a write appends, given the descriptor's
+/// O_APPEND.
+fn appends_with(fl: c_int, o_append: bool) -> Res<bool> {
+    const ACCEPTED: c_int = libc::RWF_HIPRI
+        | libc::RWF_DSYNC
+        | libc::RWF_SYNC
+        | libc::RWF_NOWAIT
+        | libc::RWF_APPEND
+        | libc::RWF_NOAPPEND;
+    if fl & !ACCEPTED != 0 {
+        return Err(libc::EOPNOTSUPP);
     }
-    let off = of.offset();
-    let n = pwrite_of(of, data, off)?;
-    of.set_offset(off + n as u64);
-    Ok(n)
+    match (fl & libc::RWF_APPEND != 0, fl & libc::RWF_NOAPPEND != 0) {
+        (true, true) => Err(libc::EINVAL),
+        (true, false) => Ok(true),
+        (false, true) => Ok(false),
+        (false, false) => Ok(o_append),
+    }
 }
 
 fn check_off(off: off_t) -> Res<u64> {
@@ -191,7 +219,8 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Res<&'a [iovec]> {
 }
 
 /// Vectored read at `off` (None: the file offset), as one read then scattered.
-fn readv_impl(of: &OpenFile, v: &[iovec], off: Option<u64>) -> Res<ssize_t> {
+fn readv_impl(of: &OpenFile, v: &[iovec], off: Option<u64>, fl: c_int) -> Res<ssize_t> {
+    appends_with(fl, false)?;
     let total: usize = v.iter().map(|i| i.iov_len).sum();
     let mut tmp = vec![0u8; total];
     let n = match off {
@@ -212,17 +241,14 @@ fn readv_impl(of: &OpenFile, v: &[iovec], off: Option<u64>) -> Res<ssize_t> {
 }
 
 /// Vectored write, gathered so that it stays one atomic write.
-fn writev_impl(of: &OpenFile, v: &[iovec], off: Option<u64>) -> Res<ssize_t> {
+fn writev_impl(of: &OpenFile, v: &[iovec], off: Option<u64>, fl: c_int) -> Res<ssize_t> {
+    let append = appends_with(fl, of.flags() & libc::O_APPEND != 0)?;
     let mut tmp = Vec::with_capacity(v.iter().map(|i| i.iov_len).sum());
     for i in v {
         // SAFETY: each iovec names a readable buffer of iov_len bytes.
         tmp.extend_from_slice(unsafe { buf(i.iov_base, i.iov_len) });
     }
-    let n = match off {
-        Some(o) => pwrite_of(of, &tmp, o)?,
-        None => write_of(of, &tmp)?,
-    };
-    Ok(n as ssize_t)
+    write_placing(of, &tmp, off, append).map(|n| n as ssize_t)
 }
 
 #[unsafe(no_mangle)]
@@ -232,7 +258,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
         guard(-1, || {
             let _op = op();
             // SAFETY: the caller passes cnt iovecs.
-            readv_impl(&of, unsafe { iovs(iov, cnt) }?, None)
+            readv_impl(&of, unsafe { iovs(iov, cnt) }?, None, 0)
         })
     })
 }
@@ -244,7 +270,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
         guard(-1, || {
             let _op = op();
             // SAFETY: the caller passes cnt iovecs.
-            writev_impl(&of, unsafe { iovs(iov, cnt) }?, None)
+            writev_impl(&of, unsafe { iovs(iov, cnt) }?, None, 0)
         })
     })
 }
@@ -261,7 +287,7 @@ macro_rules! vectored {
             guard(-1, || {
                 let _op = op();
                 // SAFETY: the caller passes cnt iovecs.
-                $impl(&of, unsafe { iovs(iov, cnt) }?, Some(check_off(off)?))
+                $impl(&of, unsafe { iovs(iov, cnt) }?, Some(check_off(off)?), 0)
             })
         })
 }
@@ -275,7 +301,7 @@ macro_rules! vectored {
                 let _op = op();
                 let at = if off == -1 { None } else { Some(check_off(off)?) };
                 // SAFETY: the caller passes cnt iovecs.
-                $impl(&of, unsafe { iovs(iov, cnt) }?, at)
+                $impl(&of, unsafe { iovs(iov, cnt) }?, at, fl)
             })
         })
 }

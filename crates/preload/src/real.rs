@@ -257,6 +257,7 @@ reals! {
     fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: size_t) -> c_int;
     fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int;
+    fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int;
     fn mremap(addr: *mut c_void, old: size_t, new: size_t, flags: c_int) [naddr: *mut c_void] -> *mut c_void;
     fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE;
     fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE;

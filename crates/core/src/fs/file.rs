@@ -285,7 +285,14 @@ impl File {
     /// Write at `off` even if the file was opened for appending (a mapping's pages written
     /// back where they belong).
     pub fn write_in_place(&self, data: &[u8], off: u64) -> Result<usize> {
-        self.write_inner(data, Some(off)).map(|(n, _)| n)
+        self.write_placed(data, Some(off)).map(|(n, _)| n)
+    }
+
+    /// Write at `Some(off)` even if the file was opened for appending, or at the end of
+    /// file (`None`) even if it was not (pwritev2's `RWF_NOAPPEND` and `RWF_APPEND`);
+    /// returns how many bytes and where they end.
+    pub fn write_placed(&self, data: &[u8], at: Option<u64>) -> Result<(usize, u64)> {
+        self.write_inner(data, at)
     }
 
     /// Change the size (ftruncate).

@@ -39,8 +39,12 @@ struct Mapping {
     off: u64,
     backing: c_int,
     name: CString,
-    /// Mapped with PROT_WRITE: only then can it hold changes to write back.
+    /// Mapped with PROT_WRITE, or made writable since (`mprotect`): only then can it hold
+    /// changes to write back.
     writable: bool,
+    /// Some of it made PROT_NONE since (`mprotect`): its bytes are read back through the
+    /// backing file, not the mapping.
+    unreadable: bool,
     /// The process generation (`session::generation`) that made it: a forked child leaves
     /// its parent's mappings to the parent.
     born: u64,
@@ -136,7 +140,7 @@ fn snapshot(
     let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
     let r = load(of, dst, off).and_then(|_| {
         // SAFETY: protecting our own mapping as the caller asked.
-        if unsafe { libc::mprotect(p, len, prot) } != 0 {
+        if unsafe { real::mprotect(p, len, prot) } != 0 {
             Err(errno())
         } else {
             Ok(())
@@ -193,6 +197,7 @@ fn shared(
                 backing: fd,
                 name,
                 writable,
+                unreadable: prot == libc::PROT_NONE,
                 born: session::generation(),
                 counted: true,
             });
@@ -256,7 +261,10 @@ macro_rules! mmaps {
                 // read-only and writes it with pwrite); of a file opened read-only (rustc's
                 // and ripgrep's maps) it stays a copy of the file at mmap time, without a
                 // file in /dev/shm or a round trip to count it.
-                let is_shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
+                // The mapping's type is a field of the flags, not a bit: MAP_PRIVATE (2)
+                // shares a bit with MAP_SHARED_VALIDATE (3).
+                let kind = flags & libc::MAP_TYPE;
+                let is_shared = kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE;
                 if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
                     shared(&of, addr, len, prot, flags, off as u64)
                 } else {
@@ -289,6 +297,36 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
         }
         // SAFETY: forwarding unchanged.
         unsafe { real::msync(addr, len, flags) }
+    })
+}
+
+/// A shared mapping made writable holds changes to write back; of a descriptor not opened
+/// for writing it cannot be made writable (EACCES), as on Linux.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    crate::guarded!(-1, {
+        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+            // SAFETY: forwarding unchanged.
+            return Ok(unsafe { real::mprotect(addr, len, prot) });
+        }
+        let _op = op();
+        let mut maps = maps();
+        let (a, end) = (addr as usize, (addr as usize).saturating_add(len));
+        let hit = |m: &Mapping| m.addr < end && a < m.addr + m.len;
+        let writes = prot & libc::PROT_WRITE != 0;
+        if writes && maps.iter().any(|m| hit(m) && !m.of.writable()) {
+            crate::util::set_errno(libc::EACCES);
+            return Ok(-1);
+        }
+        // SAFETY: forwarding unchanged.
+        let r = unsafe { real::mprotect(addr, len, prot) };
+        if r == 0 {
+            for m in maps.iter_mut().filter(|m| hit(m)) {
+                m.writable |= writes;
+                m.unreadable |= prot == libc::PROT_NONE;
+            }
+        }
+        r
     })
 }
 

@@ -33,6 +33,7 @@ pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
     }
     let size = crate::io::size_of(&m.of)?;
     let mut page = vec![0u8; PAGE];
+    let mut held = vec![0u8; if m.unreadable { PAGE } else { 0 }];
     let mut a = from - (from - m.addr) % PAGE;
     while a < to {
         let foff = m.off + (a - m.addr) as u64;
@@ -40,8 +41,20 @@ pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
             break;
         }
         let n = PAGE.min(m.addr + m.len - a).min((size - foff) as usize);
-        // SAFETY: the mapping is live and n bytes from `a` lie inside it.
-        let mem = unsafe { std::slice::from_raw_parts(a as *const u8, n) };
+        let mem = if m.unreadable {
+            // The same bytes as the mapping's (it maps the backing file there), readable
+            // whatever the mapping's protection now is.
+            let got = &mut held[..n];
+            // SAFETY: reading into our own buffer of n bytes from our backing descriptor.
+            let r = unsafe { real::pread(m.backing, got.as_mut_ptr().cast(), n, foff as _) };
+            if r != n as isize {
+                return Err(libc::EIO);
+            }
+            &held[..n]
+        } else {
+            // SAFETY: the mapping is live, readable, and n bytes from `a` lie inside it.
+            unsafe { std::slice::from_raw_parts(a as *const u8, n) }
+        };
         load(&m.of, &mut page[..n], foff)?;
         if page[..n] != *mem {
             put_back(&m.of, mem, foff)?;
@@ -120,6 +133,7 @@ fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
                     backing: fd,
                     name: m.name.clone(),
                     writable: m.writable,
+                    unreadable: m.unreadable,
                     born: m.born,
                     counted,
                 });

@@ -256,7 +256,36 @@ static void mappings(void) {
     char back[64] = {0};
     CHECK(pread(fd, back, sizeof back - 1, 0) == (ssize_t)strlen(text));
     CHECK(strcmp(back, text) == 0); /* a private copy: the file is unchanged */
+    CHECK(msync(p, 4096, MS_SYNC) == 0);
     CHECK(munmap(p, 4096) == 0);
+    /* Nor by msync or munmap (MAP_PRIVATE is 2, which MAP_SHARED_VALIDATE, 3, contains:
+       the shim once took it for a shared mapping and wrote its stores back). */
+    memset(back, 0, sizeof back);
+    CHECK(pread(fd, back, sizeof back - 1, 0) == (ssize_t)strlen(text));
+    CHECK(strcmp(back, text) == 0);
+
+    section = "mprotect of a shared mapping";
+    /* Mapped read-only, then made writable: its stores reach the file. */
+    p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(mprotect(p, 4096, PROT_READ | PROT_WRITE) == 0);
+    p[0] = 'M';
+    /* Made inaccessible before it is unmapped: its stores still reach the file. */
+    CHECK(mprotect(p, 4096, PROT_NONE) == 0);
+    CHECK(munmap(p, 4096) == 0);
+    CHECK(pread(fd, back, 5, 0) == 5 && memcmp(back, "Mello", 5) == 0);
+    /* Mapped inaccessible, then made writable alone: its stores reach the file too. */
+    int wo = open(M "/map", O_RDWR);
+    CHECK(wo >= 0);
+    p = mmap(NULL, 4096, PROT_NONE, MAP_SHARED, wo, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(mprotect(p, 4096, PROT_WRITE) == 0);
+    p[1] = 'E';
+    CHECK(msync(p, 4096, MS_SYNC) == 0);
+    CHECK(pread(fd, back, 5, 0) == 5 && memcmp(back, "MEllo", 5) == 0);
+    CHECK(munmap(p, 4096) == 0);
+    CHECK(close(wo) == 0);
+    CHECK(pwrite(fd, "he", 2, 0) == 2);
 
     section = "mmap MAP_SHARED + msync";
     CHECK(ftruncate(fd, 8192) == 0);
@@ -500,6 +529,26 @@ static void vectored(void) {
     CHECK(close(fd) == 0);
     const char *g = get(M "/vec");
     CHECK(!memcmp(g + 10, "hello vect!!!", 13));
+
+    section = "pwritev2 flags";
+    fd = open(M "/flags", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "0123456789", 10) == 10);
+    /* RWF_APPEND writes at the end, whatever the offset says. */
+    CHECK(pwritev2(fd, (struct iovec[]){{"AP", 2}}, 1, 0, RWF_APPEND) == 2);
+    CHECK(!strcmp(get(M "/flags"), "0123456789AP"));
+    /* Flags that change nothing here are accepted; unknown ones are not. */
+    CHECK(pwritev2(fd, (struct iovec[]){{"S", 1}}, 1, 0, RWF_DSYNC | RWF_SYNC | RWF_HIPRI) == 1);
+    CHECK(pwritev2(fd, (struct iovec[]){{"x", 1}}, 1, 0, 0x40000000) == -1 && errno == EOPNOTSUPP);
+    CHECK(preadv2(fd, (struct iovec[]){{y, 1}}, 1, 0, 0x40000000) == -1 && errno == EOPNOTSUPP);
+    CHECK(close(fd) == 0);
+    /* RWF_NOAPPEND writes where the offset says on a descriptor opened for appending. */
+    fd = open(M "/flags", O_WRONLY | O_APPEND);
+    CHECK(fd >= 0);
+    CHECK(pwritev2(fd, (struct iovec[]){{"NA", 2}}, 1, 1, RWF_NOAPPEND) == 2);
+    CHECK(pwritev2(fd, (struct iovec[]){{"!", 1}}, 1, 0, 0) == 1); /* O_APPEND: the end */
+    CHECK(close(fd) == 0);
+    CHECK(!strcmp(get(M "/flags"), "SNA3456789AP!"));
 
     section = "truncate/truncate64";
     CHECK(truncate(M "/vec", 15) == 0);
