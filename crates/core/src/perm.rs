@@ -75,6 +75,27 @@ pub fn check(c: &Creds, ino: &InodeData, want: u32) -> Result<()> {
     }
 }
 
+/// Whether the system protects hard links (`fs.protected_hardlinks`, read once per
+/// server; taken as set when it cannot be read, the safer answer).
+pub fn hardlinks_protected() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").map_or(true, |v| v.trim() != "0")
+}
+
+/// Linux's `may_linkat` with `fs.protected_hardlinks` set: a user who does not own `t` may
+/// link to it only if it is a regular file, neither setuid nor setgid-executable, that
+/// they may read and write (EPERM otherwise).
+pub fn check_link_source(c: &Creds, t: &InodeData) -> Result<()> {
+    if c.owns(t) {
+        return Ok(());
+    }
+    let setgid_exec = libc::S_ISGID | libc::S_IXGRP;
+    let safe = t.is_reg()
+        && t.mode & libc::S_ISUID == 0
+        && t.mode & setgid_exec != setgid_exec
+        && check(c, t, R | W).is_ok();
+    if safe { Ok(()) } else { Err(Error::EPERM) }
+}
+
 /// The sticky-bit rule for removing or renaming `victim` out of `dir`.
 pub fn check_sticky(c: &Creds, dir: &InodeData, victim: &InodeData) -> Result<()> {
     if dir.mode & libc::S_ISVTX != 0 && !c.is_root() && c.uid != dir.uid && c.uid != victim.uid {

@@ -118,6 +118,7 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
         let of = ours!(fd, real::fchmod(fd, mode));
         guard(-1, || {
             let _op = op();
+            of.not_path()?;
             of.with_file(|f| f.set_mode(mode & 0o7777).map_err(en))?;
             Ok(0)
         })
@@ -195,6 +196,10 @@ fn fchown_of(of: &OpenFile, uid: uid_t, gid: gid_t) -> c_int {
 pub unsafe extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
     crate::guarded!(-1, {
         let of = ours!(fd, real::fchown(fd, uid, gid));
+        if of.is_path() {
+            crate::util::set_errno(libc::EBADF);
+            return Ok(-1);
+        }
         fchown_of(&of, uid, gid)
     })
 }

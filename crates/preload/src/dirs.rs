@@ -50,6 +50,7 @@ fn not_removed(of: &OpenFile) -> Res<()> {
 
 /// The next entry of a directory description, advancing its offset.
 pub fn next_entry(of: &OpenFile) -> Res<Option<DirEntry>> {
+    of.not_path()?;
     let epoch = session::generation();
     let mut g = of.dir.lock().unwrap_or_else(|e| e.into_inner());
     let cookie = of.offset();
@@ -307,6 +308,7 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
         };
         guard(-1, || {
             let _op = op();
+            of.not_path()?;
             if !of.is_dir() {
                 return Err(libc::ENOTDIR);
             }

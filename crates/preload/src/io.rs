@@ -344,9 +344,14 @@ pub fn lseek_of(of: &OpenFile, off: off_t, whence: c_int) -> Res<off_t> {
         }
         _ => None,
     };
-    let new = new
-        .filter(|&n| n >= 0 && n <= i64::MAX as i128)
-        .ok_or(libc::EINVAL)? as u64;
+    // A file's offset stops at the largest size it can have, as on ext4 (a directory's
+    // offsets are readdir cookies, up to 2^63).
+    let max = if of.is_dir() {
+        i64::MAX as i128
+    } else {
+        engram_core::index::MAX_FILE_SIZE as i128
+    };
+    let new = new.filter(|&n| n >= 0 && n <= max).ok_or(libc::EINVAL)? as u64;
     if of.is_dir() && whence != libc::SEEK_SET && !(whence == libc::SEEK_CUR && off == 0) {
         return Err(libc::EINVAL);
     }
@@ -373,6 +378,7 @@ lseeks!(lseek, lseek64);
 fn sync_of(of: &OpenFile) -> c_int {
     guard(-1, || {
         let _op = op();
+        of.not_path()?;
         of.with_file(|f| f.sync_all().map_err(en))?;
         Ok(0)
     })

@@ -124,6 +124,11 @@ fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int
 /// `open_routed` under the operation guard.
 fn open_guarded(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> Res<Opened> {
     let _op = op();
+    // Refused before anything is looked up or made, as Linux has since 6.4 (before, it
+    // made a regular file and then failed with ENOTDIR).
+    if flags & (libc::O_CREAT | libc::O_DIRECTORY) == libc::O_CREAT | libc::O_DIRECTORY {
+        return Err(libc::EINVAL);
+    }
     if let Ok(Route::Desc { fd, orig, .. }) = &r {
         return reopen(*fd, orig, flags, mode).map(Opened::Fd);
     }

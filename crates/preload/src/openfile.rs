@@ -109,6 +109,22 @@ impl OpenFile {
         self.desc().flags.load(Ordering::Acquire) as c_int
     }
 
+    /// Opened with O_PATH: good for fstat, fchdir, dup, fcntl and as the directory of `*at`
+    /// calls; anything that reads, writes or changes the file through it is EBADF, as on
+    /// Linux.
+    pub fn is_path(&self) -> bool {
+        self.flags() & libc::O_PATH != 0
+    }
+
+    /// EBADF for a descriptor opened with O_PATH (see `is_path`).
+    pub fn not_path(&self) -> crate::util::Res<()> {
+        if self.is_path() {
+            Err(libc::EBADF)
+        } else {
+            Ok(())
+        }
+    }
+
     pub fn readable(&self) -> bool {
         let a = self.flags() & libc::O_ACCMODE;
         self.flags() & libc::O_PATH == 0 && (a == libc::O_RDONLY || a == libc::O_RDWR)

@@ -85,6 +85,19 @@ fn copy(
     Ok(done as ssize_t)
 }
 
+/// Whether `fd` (ours or the kernel's) was opened for appending: copy_file_range
+/// (EBADF) and sendfile (EINVAL) refuse such an output, as Linux does.
+fn appends(fd: c_int) -> bool {
+    match table::get(fd) {
+        Some(of) => of.flags() & libc::O_APPEND != 0,
+        None => {
+            // SAFETY: F_GETFL reads the description's flags.
+            let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+            fl >= 0 && fl & libc::O_APPEND != 0
+        }
+    }
+}
+
 unsafe fn off_ptr<'a>(p: *mut off_t) -> Res<Option<&'a mut u64>> {
     if p.is_null() {
         return Ok(None);
@@ -120,6 +133,9 @@ pub unsafe extern "C" fn copy_file_range(
             if fl != 0 {
                 return Err(libc::EINVAL);
             }
+            if appends(fout) {
+                return Err(libc::EBADF);
+            }
             // SAFETY: the caller's offset pointers are valid or null.
             copy(
                 fin,
@@ -145,6 +161,9 @@ macro_rules! sendfiles {
             }
             guard(-1, || {
                 let _op = op();
+                if appends(out) {
+                    return Err(libc::EINVAL);
+                }
                 // SAFETY: the caller's offset pointer is valid or null.
                 copy(inp, unsafe { off_ptr(off) }?, out, None, n)
             })

@@ -110,6 +110,8 @@ pub struct Server {
     retries_driven: bool,
     /// When each file some process maps was last written by a client (`backing.rs`).
     mapped_writes: FastMap<u64, std::time::Instant>,
+    /// `fs.protected_hardlinks` (`perm::check_link_source`).
+    protected_hardlinks: bool,
 }
 
 impl Server {
@@ -153,6 +155,7 @@ impl Server {
             gates: FastMap::default(),
             retries_driven: false,
             mapped_writes: FastMap::default(),
+            protected_hardlinks: crate::perm::hardlinks_protected(),
         }
     }
 
@@ -283,9 +286,26 @@ impl Server {
             blocks_free: self.alloc.data.free()
                 + self.alloc.pending_count(|i| matches!(i, Item::DataPage(_))),
             files: self.geo.inode_count - 1,
-            files_free: self.alloc.inodes.free()
-                + self.alloc.pending_count(|i| matches!(i, Item::Inode(_))),
+            files_free: self.files_free(),
             name_max: crate::dir::NAME_MAX as u64,
+        }
+    }
+
+    /// Free inodes, unless the metadata pages are nearly gone: a file of more than one
+    /// page takes one for its index, and a directory one for its entries, so once they
+    /// run out creating files fails with ENOSPC however many inodes are free. Statfs then
+    /// counts them instead (`df -i` shows the pool full), rather than most of the pool
+    /// free. Until then tiny files, which take none, count as files should.
+    fn files_free(&self) -> u64 {
+        const FEW_META_PAGES: u64 = 64;
+        let inodes =
+            self.alloc.inodes.free() + self.alloc.pending_count(|i| matches!(i, Item::Inode(_)));
+        let meta =
+            self.alloc.meta.free() + self.alloc.pending_count(|i| matches!(i, Item::MetaPage(_)));
+        if meta < FEW_META_PAGES {
+            inodes.min(meta)
+        } else {
+            inodes
         }
     }
 

@@ -466,6 +466,9 @@ impl Server {
         if self.lookup(parent.ino, &p, name)?.is_some() {
             return Err(Error::EEXIST);
         }
+        if self.protected_hardlinks {
+            perm::check_link_source(c, &t)?;
+        }
         if t.is_dir() {
             return Err(Error::EPERM);
         }

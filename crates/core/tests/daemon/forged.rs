@@ -457,7 +457,8 @@ pub fn nobody_makes_fifos_and_no_devices(fs: &Fs) -> bool {
 }
 
 /// The daemon's log gets a line for a forged request, none for a call's ordinary answers
-/// (an existing name, a missing one): a `mkdir -p` loop made a line per call.
+/// (an existing name, a missing one, a directory moved into itself, a symlink's mode): a
+/// `mkdir -p` loop made a line per call.
 #[test]
 fn the_log_records_forged_requests_not_ordinary_answers() {
     let dir = std::env::temp_dir();
@@ -491,9 +492,18 @@ fn the_log_records_forged_requests_not_ordinary_answers() {
     }
     let fs = Fs::connect(&socket).unwrap();
     fs.mkdir("/d", 0o755).unwrap();
+    fs.mkdir("/d/sub", 0o755).unwrap();
+    fs.symlink("d", "/l").unwrap();
     for _ in 0..50 {
         assert_eq!(fs.mkdir("/d", 0o755).unwrap_err().errno(), libc::EEXIST);
         assert_eq!(fs.unlink("/missing").unwrap_err().errno(), libc::ENOENT);
+        // `mv d d/sub/x`, and `chmod` of a symlink itself.
+        assert_eq!(
+            fs.rename("/d", "/d/sub/x").unwrap_err().errno(),
+            libc::EINVAL
+        );
+        let lchmod = fs.chmod_at(None, b"/l", 0o700, false);
+        assert_eq!(lchmod.unwrap_err().errno(), libc::EOPNOTSUPP);
     }
     // A close for writing of a file this client does not hold open for writing: EBADF.
     fs.write_file("/f", b"x").unwrap();

@@ -5,6 +5,20 @@ use crate::common::{assert_clean, assert_errno, new_fs, remount};
 use engram_core::SetTime;
 use libc::ENOENT;
 
+/// A symbolic link's own mode cannot be changed (Linux's fchmodat2 with
+/// AT_SYMLINK_NOFOLLOW): EOPNOTSUPP, also for a user who does not own it.
+#[test]
+fn chmod_of_a_symlink_itself_is_not_supported() {
+    let (_p, fs) = new_fs("lchmod", 16);
+    fs.write_file("/t", b"x").unwrap();
+    fs.symlink("t", "/l").unwrap();
+    assert_errno(fs.chmod_at(None, b"/l", 0o700, false), libc::EOPNOTSUPP);
+    assert_eq!(fs.lstat("/l").unwrap().permissions(), 0o777);
+    fs.chmod_at(None, b"/l", 0o600, true).unwrap(); // follows: the target's
+    assert_eq!(fs.stat("/t").unwrap().permissions(), 0o600);
+    assert_clean(&fs);
+}
+
 #[test]
 fn chmod_chown_utimens() {
     let (p, fs) = new_fs("attrs", 16);
@@ -205,6 +219,40 @@ fn stat_fields() {
     assert_eq!(fs.stat("/g").unwrap().ino, ino);
     assert_eq!(fs.stat("/g").unwrap().blocks, 24);
     assert_eq!(fs.stat("/").unwrap().ino, root.ino);
+    assert_clean(&fs);
+}
+
+/// Files of more than one page each take a metadata page for their index: when those run
+/// out before the inodes and data pages do, statfs says so (next to no files free), rather
+/// than reporting most of the pool free while creating fails with ENOSPC.
+#[test]
+fn statfs_counts_metadata_pages_as_what_bounds_files() {
+    let (_p, fs) = new_fs("statfs-meta", 16);
+    let s0 = fs.statfs().unwrap();
+    let mut made = 0;
+    let err = loop {
+        match fs.write_file(format!("/f{made}"), &[7u8; 5000]) {
+            Ok(()) => made += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    let s1 = fs.statfs().unwrap();
+    assert!(
+        s1.files_free * 20 < s0.files_free,
+        "{made} files made, then ENOSPC, but statfs says {s1:?} (at first {s0:?})"
+    );
+    assert!(
+        s1.blocks_free > s1.blocks / 4,
+        "data pages are left: {s1:?}"
+    );
+    assert!(s0.files_free >= made, "{s0:?} for {made} files");
+    // A chmod names no new page: it still works, and so does reading every file.
+    fs.chmod("/f0", 0o600).unwrap();
+    assert_eq!(
+        fs.read_file(format!("/f{}", made - 1)).unwrap(),
+        [7u8; 5000]
+    );
     assert_clean(&fs);
 }
 

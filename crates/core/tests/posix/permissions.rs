@@ -134,3 +134,55 @@ fn permissions_for_a_non_root_user() {
     assert!(names(&fs, "/tmp").is_empty());
     assert_clean(&fs);
 }
+
+/// With `fs.protected_hardlinks` set (as on this machine's Linux), a user may hard-link only
+/// files they own, or regular files that are neither setuid nor setgid-executable and that
+/// they may read and write (Linux's `may_linkat`); root links anything. Without it, anything.
+#[test]
+fn hard_links_to_files_of_others_follow_protected_hardlinks() {
+    let (_p, fs) = new_fs("protlink", 16);
+    let alice = user(&fs, 1000);
+    fs.mkdir("/pub", 0o777).unwrap();
+    fs.chmod("/pub", 0o1777).unwrap();
+    let file = |name: &str, mode: u32| {
+        let p = format!("/pub/{name}");
+        fs.write_file(&p, b"x").unwrap();
+        fs.chmod(&p, mode).unwrap();
+        p
+    };
+    let read_only = file("ro", 0o444);
+    let shared = file("rw", 0o666);
+    let setuid = file("suid", 0o4777);
+    let setgid_exec = file("sgid", 0o2777);
+    let setgid_plain = file("sgid-noexec", 0o2766);
+    fs.symlink("rw", "/pub/sym").unwrap();
+    alice.write_file("/pub/own", b"a").unwrap();
+    alice.chmod("/pub/own", 0o400).unwrap();
+
+    let protected = engram_core::perm::hardlinks_protected();
+    for (src, allowed) in [
+        (read_only.as_str(), !protected),
+        (setuid.as_str(), !protected),
+        (setgid_exec.as_str(), !protected),
+        ("/pub/sym", !protected),
+        (shared.as_str(), true),
+        (setgid_plain.as_str(), true),
+        ("/pub/own", true),
+    ] {
+        let to = format!("{src}-link");
+        let r = alice.link(src, &to);
+        if allowed {
+            r.unwrap_or_else(|e| panic!("link of {src}: {e}"));
+        } else {
+            assert_errno(r, EPERM);
+            assert!(fs.lstat(&to).is_err(), "{to} made");
+        }
+    }
+    // Root links anything.
+    fs.link(&read_only, "/pub/root-link").unwrap();
+    assert_eq!(
+        fs.stat(&read_only).unwrap().nlink,
+        2 + u32::from(!protected)
+    );
+    assert_clean(&fs);
+}

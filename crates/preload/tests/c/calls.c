@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -877,6 +879,50 @@ static void descriptor_numbers(void) {
     CHECK(h == e && (fcntl(h, F_GETFD) & FD_CLOEXEC) == 0 && close(h) == 0);
 }
 
+/* What Linux refuses, refused the same way in the pool. */
+static void refusals(void) {
+    section = "O_CREAT|O_DIRECTORY";
+    CHECK(open(M "/nodir", O_RDONLY | O_CREAT | O_DIRECTORY, 0755) == -1 && errno == EINVAL);
+    CHECK(access(M "/nodir", F_OK) == -1 && errno == ENOENT); /* nothing made */
+
+    section = "copy_file_range and sendfile into O_APPEND";
+    int in = open(M "/src", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(in >= 0 && write(in, "abc", 3) == 3);
+    int ap = open(M "/dst", O_WRONLY | O_CREAT | O_APPEND, 0644);
+    CHECK(ap >= 0);
+    off_t o = 0;
+    CHECK(copy_file_range(in, &o, ap, NULL, 3, 0) == -1 && errno == EBADF);
+    CHECK(sendfile(ap, in, &o, 3) == -1 && errno == EINVAL);
+    CHECK(close(ap) == 0);
+
+    section = "lseek past the largest file";
+    CHECK(lseek(in, (off_t)1 << 62, SEEK_SET) == -1 && errno == EINVAL); /* as ext4 */
+    CHECK(lseek(in, 0, SEEK_CUR) == 3); /* unmoved */
+    CHECK(close(in) == 0);
+
+    section = "O_PATH descriptors";
+    int p = open(M "/src", O_PATH);
+    CHECK(p >= 0);
+    CHECK(fchmod(p, 0600) == -1 && errno == EBADF);
+    CHECK(fchown(p, 0, 0) == -1 && errno == EBADF);
+    CHECK(fsync(p) == -1 && errno == EBADF);
+    struct stat st;
+    CHECK(fstat(p, &st) == 0 && (st.st_mode & 07777) == 0644); /* fstat works */
+    CHECK(close(p) == 0);
+    int pd = open(M, O_PATH | O_DIRECTORY);
+    CHECK(pd >= 0);
+    char dents[256];
+    CHECK(syscall(SYS_getdents64, pd, dents, sizeof dents) == -1 && errno == EBADF);
+    CHECK(close(pd) == 0);
+
+    section = "fchmodat of a symlink itself";
+    CHECK(symlink("src", M "/srclink") == 0);
+    CHECK(fchmodat(AT_FDCWD, M "/srclink", 0700, AT_SYMLINK_NOFOLLOW) == -1 &&
+          errno == EOPNOTSUPP);
+    CHECK(lstat(M "/srclink", &st) == 0 && (st.st_mode & 07777) == 0777);
+    CHECK(unlink(M "/srclink") == 0 && unlink(M "/src") == 0 && unlink(M "/dst") == 0);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2 && strlen(argv[1]) < sizeof real_dir);
     strcpy(real_dir, argv[1]);
@@ -889,6 +935,7 @@ int main(int argc, char **argv) {
     threads();
     filesystem_info();
     vectored();
+    refusals();
     boundary();
     relative();
     symlinks();

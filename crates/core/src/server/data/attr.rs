@@ -22,6 +22,14 @@ impl Server {
         let mut staged = Staged::default();
         let mut mode = d.mode;
         if let Some(m) = a.mode {
+            // A symlink's mode means nothing: Linux refuses to change it (fchmodat2 with
+            // AT_SYMLINK_NOFOLLOW, lchmod), before any permission check.
+            if d.mode & libc::S_IFMT == libc::S_IFLNK {
+                return Err(Error::with_msg(
+                    libc::EOPNOTSUPP,
+                    "a symbolic link's mode cannot be changed",
+                ));
+            }
             if !c.owns(&d) {
                 return Err(Error::EPERM);
             }
