@@ -1,4 +1,4 @@
-//! `engram mkfs POOL [--size SIZE]`
+//! `engram mkfs POOL [--size SIZE] [--meta-ratio BYTES]`
 
 use crate::error::{CliError, Context, Result};
 use crate::size::{self, parse_size};
@@ -15,6 +15,12 @@ pub struct Args {
     /// Required for a file; for a device, the default is the whole device
     #[arg(long, short, value_parser = parse_size)]
     pub size: Option<u64>,
+    /// One metadata page per this many bytes of pool (default 64K, the pool's sixteenth).
+    /// Each file of more than one page takes a metadata page for its index, and each
+    /// directory with entries at least one: for a tree of small files (a 5 KB file takes
+    /// 8 KiB of data and 4 KiB of metadata) give 12K; at least 8K (half the pool)
+    #[arg(long, value_parser = parse_size)]
+    pub meta_ratio: Option<u64>,
 }
 
 pub fn run(a: &Args) -> Result<()> {
@@ -36,7 +42,12 @@ pub fn run(a: &Args) -> Result<()> {
         }
     };
     let t = Instant::now();
-    Fs::mkfs(&a.pool, size).context(format_args!("cannot format {shown}"))?;
+    let ratio = a
+        .meta_ratio
+        .unwrap_or(engram_core::layout::DEFAULT_BYTES_PER_META_PAGE);
+    let geo = engram_core::layout::Geometry::with_meta_ratio(size, ratio)
+        .context(format_args!("cannot format {shown}"))?;
+    Fs::mkfs_with(&a.pool, geo).context(format_args!("cannot format {shown}"))?;
     let took = t.elapsed();
     let geo = Fs::superblock(&a.pool)
         .context(format_args!("cannot read back {shown}"))?

@@ -54,6 +54,23 @@ fn mkfs_info_fsck_on_a_fresh_pool() {
     }
 }
 
+/// `--meta-ratio` sets how many metadata pages a pool gets (one per so many bytes); the
+/// pool then holds as many files of two pages as it has metadata pages to index them.
+#[test]
+fn mkfs_meta_ratio_sets_the_metadata_pages() {
+    let pool = TempPool::new("metaratio");
+    let r = ok(["mkfs", pool.s(), "--size", "16M", "--meta-ratio", "16K"]);
+    assert!(r.stdout.contains(" 1024 metadata pages"), "{}", r.stdout);
+    let r = ok(["mkfs", pool.s(), "--size", "16M"]);
+    assert!(r.stdout.contains(" 256 metadata pages"), "{}", r.stdout);
+    let r = fails(["mkfs", pool.s(), "--size", "16M", "--meta-ratio", "4K"]);
+    assert!(
+        r.stderr.contains("at most one per 8192 bytes"),
+        "{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn demo_passes_twice_on_the_same_pool() {
     let pool = TempPool::new("demo");

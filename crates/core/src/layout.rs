@@ -35,16 +35,57 @@ fn round_up(v: u64, to: u64) -> u64 {
     v.div_ceil(to) * to
 }
 
+/// One metadata page per `bytes_per_meta_page` bytes of a pool of `size` bytes, at least 16.
+fn meta_pages(size: u64, bytes_per_meta_page: u64) -> u64 {
+    (size / bytes_per_meta_page).max(16)
+}
+
+/// 1/64 of the pool, within 256 KiB..64 MiB.
+fn default_log(size: u64) -> u64 {
+    round_up((size / 64).clamp(256 << 10, 64 << 20), PAGE)
+}
+
+/// Bytes of pool per metadata page unless mkfs is told otherwise: 1/16 of the pool.
+pub const DEFAULT_BYTES_PER_META_PAGE: u64 = 64 << 10;
+/// The fewest bytes of pool per metadata page (half the pool in metadata pages).
+pub const MIN_BYTES_PER_META_PAGE: u64 = 8 << 10;
+
 impl Geometry {
     /// Lay out a pool of `size` bytes: 1/64 log (256 KiB..64 MiB), one inode per 8 KiB,
     /// 1/16 metadata pages, the rest data pages.
     pub fn for_size(size: u64) -> Result<Geometry> {
-        Geometry::with_log(size, round_up((size / 64).clamp(256 << 10, 64 << 20), PAGE))
+        Geometry::with_log(size, default_log(size))
     }
 
     /// The same layout with a log of `log_len` bytes (a small log makes checkpoints and
     /// wrap-around frequent, which the crash harness wants).
     pub fn with_log(size: u64, log_len: u64) -> Result<Geometry> {
+        Geometry::laid_out(size, log_len, meta_pages(size, DEFAULT_BYTES_PER_META_PAGE))
+    }
+
+    /// The layout with one metadata page per `bytes_per_meta_page` bytes of pool. Every
+    /// file of more than one page takes one for its index, and every directory with
+    /// entries at least one: a pool for many small files wants more than the default.
+    pub fn with_meta_ratio(size: u64, bytes_per_meta_page: u64) -> Result<Geometry> {
+        if bytes_per_meta_page < MIN_BYTES_PER_META_PAGE {
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                format!(
+                    "one metadata page per {bytes_per_meta_page} bytes is too many: at most \
+                     one per {MIN_BYTES_PER_META_PAGE} bytes (half the pool)"
+                ),
+            ));
+        }
+        Geometry::laid_out(
+            size,
+            default_log(size),
+            meta_pages(size, bytes_per_meta_page),
+        )
+    }
+
+    /// The layout of a pool of `size` bytes with a log of `log_len` bytes and `meta_pages`
+    /// metadata pages (what a superblock records: opening checks it against this).
+    pub fn laid_out(size: u64, log_len: u64, meta_pages: u64) -> Result<Geometry> {
         if log_len < 4 * PAGE || !log_len.is_multiple_of(PAGE) {
             return Err(Error::with_msg(
                 libc::EINVAL,
@@ -68,7 +109,12 @@ impl Geometry {
         }
         let inode_count = (size / 8192).max(64);
         let inode_bytes = round_up(inode_count * INODE_SIZE, PAGE);
-        let meta_pages = (size / 16 / PAGE).max(16);
+        if meta_pages < 16 || meta_pages > size / MIN_BYTES_PER_META_PAGE {
+            return Err(Error::with_msg(
+                libc::EINVAL,
+                format!("{meta_pages} metadata pages do not fit a pool of {size} bytes"),
+            ));
+        }
         let log_off = 2 * PAGE;
         let fixed = log_off + log_len + inode_bytes + meta_pages * PAGE;
         if fixed + 64 * PAGE > size {
@@ -210,7 +256,7 @@ impl Superblock {
             data_off: w(11),
             data_pages: w(12),
         };
-        match Geometry::with_log(geometry.pool_size, geometry.log_len) {
+        match Geometry::laid_out(geometry.pool_size, geometry.log_len, geometry.meta_pages) {
             Ok(expected) if expected == geometry => {}
             _ => return Err("superblock geometry is inconsistent".into()),
         }

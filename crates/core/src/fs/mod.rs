@@ -110,7 +110,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Fs {
     /// Format a new pool file of `size` bytes (replacing whatever the file held).
     pub fn mkfs(path: impl AsRef<Path>, size: u64) -> Result<()> {
-        let geo = Geometry::for_size(size)?;
+        Fs::mkfs_with(path, Geometry::for_size(size)?)
+    }
+
+    /// `mkfs` with a layout of the caller's (`Geometry::with_meta_ratio`).
+    pub fn mkfs_with(path: impl AsRef<Path>, geo: Geometry) -> Result<()> {
+        let size = geo.pool_size;
         let pool = Pool::create(path.as_ref(), size).map_err(|e| {
             Error::with_msg(
                 crate::error::io_errno(&e),

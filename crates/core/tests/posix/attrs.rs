@@ -303,3 +303,34 @@ fn statfs_counts_deleted_space_as_free() {
     );
     assert_clean(&fs);
 }
+
+/// A pool made with more metadata pages (`Geometry::with_meta_ratio`, `engram mkfs
+/// --meta-ratio`) holds as many more files of two pages.
+#[test]
+fn more_metadata_pages_hold_more_small_files() {
+    let fill = |name: &str, ratio: u64| {
+        let p = crate::common::PoolFile::new(name);
+        let geo = engram_core::layout::Geometry::with_meta_ratio(16 << 20, ratio).unwrap();
+        engram_core::Fs::mkfs_with(p.path(), geo).unwrap();
+        let fs = p.open();
+        let mut made = 0u64;
+        while fs.write_file(format!("/f{made}"), &[1u8; 5000]).is_ok() {
+            made += 1;
+        }
+        assert_clean(&fs);
+        (made, geo.meta_pages)
+    };
+    let (default, pages) = fill(
+        "meta-default",
+        engram_core::layout::DEFAULT_BYTES_PER_META_PAGE,
+    );
+    let (more, more_pages) = fill("meta-more", 12 << 10);
+    assert!(
+        default < pages && default + 16 > pages,
+        "{default} files, {pages} pages"
+    );
+    assert!(
+        more > 4 * default,
+        "{more} files with {more_pages} pages, {default} with {pages}"
+    );
+}
