@@ -16,9 +16,9 @@ pub struct Args {
     #[arg(long, short, value_parser = parse_size)]
     pub size: Option<u64>,
     /// One metadata page per this many bytes of pool (default 64K, the pool's sixteenth).
-    /// Each file of more than one page takes a metadata page for its index, and each
-    /// directory with entries at least one: for a tree of small files (a 5 KB file takes
-    /// 8 KiB of data and 4 KiB of metadata) give 12K; at least 8K (half the pool)
+    /// Each file of more than 7 pages (28 KiB) takes a metadata page for its index, and
+    /// each directory one per 63 entries or so: for many files of 32 to 64 KiB give 16K;
+    /// at least 8K (half the pool)
     #[arg(long, value_parser = parse_size)]
     pub meta_ratio: Option<u64>,
 }

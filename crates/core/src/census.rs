@@ -140,6 +140,15 @@ impl Census {
     /// still theirs).
     pub fn walk_content(&mut self, pool: &Pool, geo: &Geometry, ino: u64, d: &InodeData) {
         if d.is_reg() {
+            // A small node lies in the file's own inode (index.rs): one in another inode
+            // would share that inode's bytes.
+            if geo.is_small_node(d.root) && (d.height != 1 || d.root != geo.small_node(ino)) {
+                self.problems.push(format!(
+                    "file {ino}: its index root {:#x} is another inode's small node",
+                    d.root
+                ));
+                return;
+            }
             let mut nodes = Vec::new();
             let mut pages = Vec::new();
             let r = index::walk(

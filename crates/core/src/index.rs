@@ -1,6 +1,8 @@
 //! File index: a radix tree of 512-way nodes (4 KiB metadata pages) mapping page numbers to
 //! data pages. Height 0: the root is the data page of page 0 itself (small files need no
-//! node). Height h: the root node covers 512^h pages. Empty entries are holes.
+//! node). Height h: the root node covers 512^h pages. Empty entries are holes. A file of up
+//! to `SMALL` pages has a small node instead, of `SMALL` entries in its own inode
+//! (`Geometry::small_node`), as the root at height 1: it takes no metadata page.
 //!
 //! Readers walk it without locks and validate with the inode's sequence counter; the server
 //! changes it only through logged stores into nodes that are initialised before they are
@@ -12,6 +14,8 @@ use crate::oplog::Entry;
 use engram_pmem::Pool;
 
 const FANOUT: u64 = 512;
+/// Entries of a small node (the 56 bytes at the end of a regular file's inode).
+pub const SMALL: u64 = 7;
 pub const MAX_HEIGHT: u32 = 4;
 /// Largest file size the index can address.
 pub const MAX_FILE_SIZE: u64 = FANOUT.pow(MAX_HEIGHT) * PAGE;
@@ -90,10 +94,16 @@ fn lookup_raw(
     }
     let mut p = root;
     for h in (0..height).rev() {
+        let i = (pgno >> (FANOUT_BITS * h)) & (FANOUT - 1);
         if !geo.is_meta_page(p) {
-            return Err(p);
+            if !geo.is_small_node(p) {
+                return Err(p);
+            }
+            if i >= SMALL {
+                return Ok(0);
+            }
         }
-        p = pool.load_u64(p + ((pgno >> (FANOUT_BITS * h)) & (FANOUT - 1)) * 8);
+        p = pool.load_u64(p + i * 8);
         if p == 0 {
             return Ok(0);
         }
@@ -122,7 +132,12 @@ pub fn lookup_range(
 ) -> Result<()> {
     let mut pg = start;
     while pg < end {
-        if height == 0 || root == 0 || pg >= capacity(height) || height > MAX_HEIGHT {
+        if height == 0
+            || root == 0
+            || pg >= capacity(height)
+            || height > MAX_HEIGHT
+            || geo.is_small_node(root)
+        {
             out.push(lookup(pool, geo, root, height, pg)?);
             pg += 1;
             continue;
@@ -243,10 +258,17 @@ fn visit(
         }
         return Ok(false);
     }
-    let n = node(geo, p)?;
-    node_fn(n);
+    // A small node is the root of a file of height 1, held in its inode: no metadata page
+    // to report.
+    let (n, fanout) = if height == 1 && geo.is_small_node(p) {
+        (p, SMALL)
+    } else {
+        let n = node(geo, p)?;
+        node_fn(n);
+        (n, FANOUT)
+    };
     let s = span(height);
-    for i in 0..FANOUT {
+    for i in 0..fanout {
         let child_base = base + i * s;
         if child_base + s <= start || child_base >= end {
             continue;
@@ -324,10 +346,14 @@ impl Plan {
 /// Plan pointing file pages at new data pages, into `plan` (cleared first). `updates` must
 /// be in strictly ascending page order (EINVAL otherwise). New nodes come from
 /// `alloc_node`, zeroed; on an error, `plan.new_nodes` lists the nodes taken so far.
+/// `small` is the file's small node (`Geometry::small_node`), or 0 for none: a file of
+/// height 0 that grows to at most `SMALL` pages takes it as its root, and one that grows
+/// beyond moves to a node of its own.
 pub fn plan_set(
     pool: &Pool,
     geo: &Geometry,
     (root, height): (u64, u32),
+    small: u64,
     updates: &[(u64, u64)],
     alloc_node: &mut dyn FnMut() -> Result<u64>,
     plan: &mut Plan,
@@ -339,9 +365,39 @@ pub fn plan_set(
             "index update not in ascending page order",
         ));
     }
-    let need = height_for(updates.last().map_or(0, |u| u.0));
+    let last_pg = updates.last().map_or(0, |u| u.0);
+    let need = height_for(last_pg);
     if need > MAX_HEIGHT {
         return Err(Error::EFBIG);
+    }
+    // Set when the small node was taken by this plan: all its slots are planned stores, and
+    // what the pool holds there is stale (a symlink's target, an earlier file's pages).
+    let mut fresh_small = false;
+    if small != 0 && plan.height == 0 && need == 1 && last_pg < SMALL {
+        let old = plan.root;
+        if old != 0 && updates[0].0 == 0 {
+            plan.old_pages.push(data(geo, old)?);
+        }
+        // One store per slot: the updates' own, or page 0's old page, or a hole.
+        for i in (0..SMALL).filter(|&i| updates.iter().all(|u| u.0 != i)) {
+            plan.words
+                .push((small + i * 8, if i == 0 { old } else { 0 }));
+        }
+        plan.root = small;
+        plan.height = 1;
+        fresh_small = true;
+    } else if plan.height == 1 && geo.is_small_node(plan.root) && last_pg >= SMALL {
+        // Outgrown: a node of its own, written whole with the small node's entries while
+        // unreachable (no store planned into it twice).
+        let n = alloc_node()?;
+        plan.new_nodes.push(n);
+        let mut page = [0u8; PAGE as usize];
+        for i in 0..SMALL as usize {
+            let v = pool.load_u64(plan.root + i as u64 * 8);
+            page[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        pool.write_lines_nt(n, &page);
+        plan.root = n;
     }
     // The planned value of the slot last visited at each level. Pages ascend, so a slot
     // left behind is never visited again: one entry per level stands in for a map of every
@@ -410,6 +466,7 @@ pub fn plan_set(
         };
         let slot = leaf + (pgno % FANOUT) * 8;
         let cur = match last[1] {
+            _ if fresh_small => 0,
             (s, v) if s == slot => v,
             _ => pool.load_u64(slot),
         };
@@ -467,9 +524,13 @@ fn truncate_node(
     keep: u64,
     plan: &mut Plan,
 ) -> Result<()> {
-    let n = node(geo, n)?;
+    let (n, fanout) = if height == 1 && geo.is_small_node(n) {
+        (n, SMALL)
+    } else {
+        (node(geo, n)?, FANOUT)
+    };
     let s = span(height);
-    for i in 0..FANOUT {
+    for i in 0..fanout {
         let child_base = base + i * s;
         if child_base + s <= keep {
             continue;

@@ -21,6 +21,9 @@ pub mod field {
     pub const BLOCKS: u64 = 64; // u64: data pages held
     pub const PARENT: u64 = 72; // u64: parent directory (directories only)
     pub const INLINE: u64 = 80; // 48 bytes: short symlink target
+    /// Regular files: 7 u64 entries, the index of a file of up to 7 pages (`index::SMALL`),
+    /// over `PARENT` and `INLINE`, which only directories and symlinks use.
+    pub const SMALL_NODE: u64 = 72;
     pub const INLINE_LEN: u64 = 48;
 }
 

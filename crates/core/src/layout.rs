@@ -6,7 +6,12 @@ use engram_pmem::Pool;
 pub const PAGE: u64 = 4096;
 pub const INODE_SIZE: u64 = 128;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"ENGRAMFS");
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: a regular file of up to `index::SMALL` pages keeps its index in its inode (a small
+/// node). A binary of version 1 would take such a root for a corrupt pointer, so it is
+/// refused such a pool; this one opens both, and a pool it opens becomes version 2.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this binary opens.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 pub const ROOT_INO: u64 = 1;
 /// Superblock copies live in pages 0 and 1.
 const SB_COPIES: [u64; 2] = [0, PAGE];
@@ -64,8 +69,8 @@ impl Geometry {
     }
 
     /// The layout with one metadata page per `bytes_per_meta_page` bytes of pool. Every
-    /// file of more than one page takes one for its index, and every directory with
-    /// entries at least one: a pool for many small files wants more than the default.
+    /// file of more than `index::SMALL` pages takes one for its index, and every directory
+    /// with entries at least one: a pool for many such files wants more than the default.
     pub fn with_meta_ratio(size: u64, bytes_per_meta_page: u64) -> Result<Geometry> {
         if bytes_per_meta_page < MIN_BYTES_PER_META_PAGE {
             return Err(Error::with_msg(
@@ -158,6 +163,19 @@ impl Geometry {
         self.inode_off + ino * INODE_SIZE
     }
 
+    /// The small node of inode `ino`: the root of the index of a regular file of up to
+    /// `index::SMALL` pages, kept in the inode's last 56 bytes (`inode::field::SMALL_NODE`).
+    pub fn small_node(&self, ino: u64) -> u64 {
+        self.inode_addr(ino) + crate::inode::field::SMALL_NODE
+    }
+
+    /// Whether `off` is some inode's small node (see `small_node`).
+    pub fn is_small_node(&self, off: u64) -> bool {
+        off >= self.inode_off
+            && off < self.inode_off + self.inode_count * INODE_SIZE
+            && (off - self.inode_off) % INODE_SIZE == crate::inode::field::SMALL_NODE
+    }
+
     pub fn is_meta_page(&self, off: u64) -> bool {
         off.is_multiple_of(PAGE) && off >= self.meta_off && off < self.data_off
     }
@@ -240,7 +258,10 @@ impl Superblock {
             return Err("superblock checksum mismatch".into());
         }
         let version = w(1) as u32;
-        if version != FORMAT_VERSION || w(1) >> 32 != PAGE || w(19) != INODE_SIZE {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version)
+            || w(1) >> 32 != PAGE
+            || w(19) != INODE_SIZE
+        {
             return Err(format!("unsupported format version {version}"));
         }
         let geometry = Geometry {

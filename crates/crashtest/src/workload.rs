@@ -197,6 +197,12 @@ pub fn singles() -> Vec<(String, Op)> {
         ("extend-over-hole", write("/small", 30000, 10, 12)),
         ("fill-hole", write("/sparse", 0, 100, 13)),
         ("write-large", write("/big", 0, 40000, 14)),
+        // /big (4 pages) has its index in its inode: past 7 pages it moves to a node of its
+        // own, which takes the pages it keeps.
+        (
+            "append-outgrows-small-node",
+            write("/big", 3 * 4096 + 100, 20000, 15),
+        ),
         ("truncate-down", Op::Truncate(s("/big"), 10)),
         ("truncate-zero", Op::Truncate(s("/big"), 0)),
         ("truncate-up", Op::Truncate(s("/small"), 20000)),

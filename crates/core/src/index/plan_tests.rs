@@ -39,6 +39,7 @@ fn plan_set_builds_a_tree_lookup_agrees_with() {
             &pool,
             &geo,
             root,
+            0,
             &updates,
             &mut || Ok(alloc.alloc_meta_page().unwrap()),
             &mut plan,
@@ -118,7 +119,16 @@ fn growth_from_height_0_replacing_page_0() {
             let updates: Vec<(u64, u64)> = (0..top).map(|pg| (pg, page(pg))).collect();
             let mut plan = Plan::default();
             let mut new_node = || Ok(alloc.alloc_meta_page().unwrap());
-            plan_set(&pool, &geo, (old0, 0), &updates, &mut new_node, &mut plan).unwrap();
+            plan_set(
+                &pool,
+                &geo,
+                (old0, 0),
+                0,
+                &updates,
+                &mut new_node,
+                &mut plan,
+            )
+            .unwrap();
             assert_eq!(plan.old_pages, vec![old0]);
             let mut root = (old0, 0);
             apply(&pool, &mut plan, &mut root);
@@ -137,7 +147,7 @@ fn plan_set_refuses_pages_out_of_order() {
     let mut plan = Plan::default();
     let mut no_nodes = || -> Result<u64> { Err(Error::ENOSPC) };
     for updates in [[(2, 0), (1, 0)], [(1, 0), (1, 0)]] {
-        let e = plan_set(&pool, &geo, (0, 0), &updates, &mut no_nodes, &mut plan);
+        let e = plan_set(&pool, &geo, (0, 0), 0, &updates, &mut no_nodes, &mut plan);
         assert_eq!(e.unwrap_err().errno(), libc::EINVAL);
     }
 }

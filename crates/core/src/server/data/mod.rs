@@ -55,7 +55,7 @@ impl Server {
         plan: &mut index::Plan,
         out: &mut Vec<Entry>,
     ) -> Result<()> {
-        self.plan_index(d, updates, plan)?;
+        self.plan_index(ino, d, updates, plan)?;
         self.push_plan(ino, d, plan, out);
         let mapped = updates.iter().filter(|u| u.1 != 0).count() as u64;
         let blocks = d.blocks + mapped - plan.old_pages.len() as u64;
@@ -69,6 +69,7 @@ impl Server {
     /// release if the commit fails). On an error, the nodes taken are released.
     fn plan_index(
         &mut self,
+        ino: u64,
         d: &InodeData,
         pages: &[(u64, u64)],
         plan: &mut index::Plan,
@@ -76,14 +77,19 @@ impl Server {
         let max_pg = pages.last().map_or(0, |p| p.0);
         // Room for growing to the new height plus a few paths of new nodes, so that making
         // room (a checkpoint) rarely has to happen in the middle of planning.
-        let likely = (index::height_for(max_pg) as u64 + 1) * (pages.len() as u64).clamp(1, 4);
-        self.ensure_meta(likely.min(self.alloc.meta.len()))?;
+        // A file that stays within its small node needs none.
+        let small = max_pg < index::SMALL && (d.height == 0 || self.geo.is_small_node(d.root));
+        if !small {
+            let likely = (index::height_for(max_pg) as u64 + 1) * (pages.len() as u64).clamp(1, 4);
+            self.ensure_meta(likely.min(self.alloc.meta.len()))?;
+        }
         let pool = self.pool.clone();
         let alloc = &mut self.alloc;
         let planned = index::plan_set(
             &pool,
             &self.geo,
             (d.root, d.height),
+            self.geo.small_node(ino),
             pages,
             &mut || {
                 alloc
