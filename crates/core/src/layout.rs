@@ -379,3 +379,48 @@ pub fn now_ns() -> i64 {
         .unwrap_or_default();
     t.as_nanos() as i64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The superblock of a pool of `version`, as the binary of that version wrote it.
+    fn written_as(version: u32) -> [u8; SB_BODY + 4] {
+        let sb = Superblock {
+            geometry: Geometry::for_size(16 << 20).unwrap(),
+            generation: 1,
+            clean: 1,
+            log_head: 0,
+            log_head_seq: 1,
+            uuid: 7,
+            created_ns: 1,
+        };
+        let mut b = sb.encode();
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crate::oplog::crc::crc32c(&b[..SB_BODY]);
+        b[SB_BODY..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Version 1 pools (no small nodes) open; a version from the future does not.
+    #[test]
+    fn versions_one_and_two_open_and_no_other() {
+        assert!(Superblock::decode(&written_as(1)).is_ok());
+        assert!(Superblock::decode(&written_as(2)).is_ok());
+        let e = Superblock::decode(&written_as(3)).unwrap_err();
+        assert!(e.contains("unsupported format version 3"), "{e}");
+        assert!(Superblock::decode(&written_as(0)).is_err());
+    }
+
+    /// A small node is where an inode's bytes 72..128 are, and nowhere else.
+    #[test]
+    fn small_nodes_lie_in_inodes() {
+        let g = Geometry::for_size(16 << 20).unwrap();
+        assert!(g.is_small_node(g.small_node(1)));
+        assert!(g.is_small_node(g.small_node(g.inode_count - 1)));
+        assert!(!g.is_small_node(g.inode_addr(1)));
+        assert!(!g.is_small_node(g.small_node(1) + 8));
+        assert!(!g.is_small_node(g.small_node(g.inode_count)));
+        assert!(!g.is_small_node(g.meta_off + 72));
+    }
+}
