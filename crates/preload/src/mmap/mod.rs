@@ -1,4 +1,5 @@
-//! mmap of EngramFS files. A private mapping is a copy of the file taken at mmap time. A
+//! mmap of EngramFS files. A private mapping is a copy of the file taken at mmap time
+//! (`copies.rs`, which also makes `mremap` and `mprotect` of copies behave as Linux's). A
 //! shared mapping is backed by a file in /dev/shm named after the inode, which every
 //! process mapping that inode shares (so that, for instance, SQLite's WAL index works
 //! between processes); msync, munmap, exit and exec write a writable one's changed pages
@@ -24,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use writeback::{detach, forget, write_back};
 
 mod backing;
+mod copies;
 mod writeback;
 mod writes;
 
@@ -107,51 +109,6 @@ fn load(of: &OpenFile, dst: &mut [u8], off: u64) -> Res<()> {
         done += n;
     }
     Ok(())
-}
-
-fn snapshot(
-    of: &OpenFile,
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    off: u64,
-) -> Res<*mut c_void> {
-    if !of.readable() {
-        return Err(libc::EACCES);
-    }
-    let keep = flags
-        & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
-    // SAFETY: an anonymous private mapping of len bytes.
-    let p = unsafe {
-        real::mmap(
-            addr,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(errno());
-    }
-    // SAFETY: the fresh mapping is ours, len bytes long.
-    let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
-    let r = load(of, dst, off).and_then(|_| {
-        // SAFETY: protecting our own mapping as the caller asked.
-        if unsafe { real::mprotect(p, len, prot) } != 0 {
-            Err(errno())
-        } else {
-            Ok(())
-        }
-    });
-    if let Err(e) = r {
-        // SAFETY: unmapping our own mapping.
-        unsafe { real::munmap(p, len) };
-        return Err(e);
-    }
-    Ok(p)
 }
 
 fn shared(
@@ -243,6 +200,9 @@ macro_rules! mmaps {
                 Vec::new()
             };
             let _forget = Forget(replaced);
+            if flags & libc::MAP_FIXED != 0 && copies::any() && !reentered() {
+                copies::forget(addr as usize, (addr as usize).saturating_add(len));
+            }
             if flags & libc::MAP_ANONYMOUS != 0 {
                 // SAFETY: forwarding unchanged.
                 return Ok(unsafe { real::$name(addr, len, prot, flags, fd, off) });
@@ -268,7 +228,7 @@ macro_rules! mmaps {
                 if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
                     shared(&of, addr, len, prot, flags, off as u64)
                 } else {
-                    snapshot(&of, addr, len, prot, flags, off as u64)
+                    copies::snapshot(&of, addr, len, prot, flags, off as u64, is_shared)
                 }
             })
         })
@@ -305,13 +265,20 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     crate::guarded!(-1, {
+        let (a, end) = (addr as usize, (addr as usize).saturating_add(len));
+        if copies::any()
+            && !reentered()
+            && let Err(e) = copies::protecting(a, end, prot)
+        {
+            crate::util::set_errno(e);
+            return Ok(-1);
+        }
         if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::mprotect(addr, len, prot) });
         }
         let _op = op();
         let mut maps = maps();
-        let (a, end) = (addr as usize, (addr as usize).saturating_add(len));
         let hit = |m: &Mapping| m.addr < end && a < m.addr + m.len;
         let writes = prot & libc::PROT_WRITE != 0;
         if writes && maps.iter().any(|m| hit(m) && !m.of.writable()) {
@@ -333,6 +300,9 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     crate::guarded!(-1, {
+        if copies::any() && !reentered() {
+            copies::forget(addr as usize, (addr as usize).saturating_add(len));
+        }
         if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
             // SAFETY: forwarding unchanged.
             return Ok(unsafe { real::munmap(addr, len) });
@@ -367,6 +337,20 @@ pub unsafe extern "C" fn mremap(
         if ours {
             crate::util::set_errno(libc::ENOMEM);
             return Ok(libc::MAP_FAILED);
+        }
+        if copies::any() && !reentered() {
+            // Moved onto a copy, that copy is gone.
+            if flags & libc::MREMAP_FIXED != 0 {
+                copies::forget(naddr as usize, (naddr as usize).saturating_add(new));
+            }
+            match copies::remap(addr, old, new, flags, naddr) {
+                Some(Ok(p)) => return Ok(p),
+                Some(Err(e)) => {
+                    crate::util::set_errno(e);
+                    return Ok(libc::MAP_FAILED);
+                }
+                None => {}
+            }
         }
         // SAFETY: forwarding unchanged.
         unsafe { real::mremap(addr, old, new, flags, naddr) }

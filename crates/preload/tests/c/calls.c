@@ -289,6 +289,33 @@ static void mappings(void) {
     CHECK(close(wo) == 0);
     CHECK(pwrite(fd, "he", 2, 0) == 2);
 
+    section = "mremap and mprotect of copies";
+    /* Two pages, 'A' then 'B'. A private mapping of the first grown to both shows the
+       file's second page, and so does a shared one of a descriptor opened read-only (a
+       copy in the shim); that one cannot be made writable (EACCES), a private one can. */
+    char pages[8192];
+    memset(pages, 'A', 4096);
+    memset(pages + 4096, 'B', 4096);
+    CHECK(pwrite(fd, pages, sizeof pages, 8192) == (ssize_t)sizeof pages);
+    int rd = open(M "/map", O_RDONLY);
+    CHECK(rd >= 0);
+    char *q = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, rd, 8192);
+    CHECK(q != MAP_FAILED && q[0] == 'A');
+    q = mremap(q, 4096, 8192, MREMAP_MAYMOVE);
+    CHECK(q != MAP_FAILED && q[0] == 'A' && q[4096] == 'B' && q[8191] == 'B');
+    CHECK(mprotect(q, 8192, PROT_READ | PROT_WRITE) == 0);
+    q[0] = 'p'; /* private */
+    CHECK(munmap(q, 8192) == 0);
+    q = mmap(NULL, 4096, PROT_READ, MAP_SHARED, rd, 8192);
+    CHECK(q != MAP_FAILED);
+    q = mremap(q, 4096, 8192, MREMAP_MAYMOVE);
+    CHECK(q != MAP_FAILED && q[4096] == 'B');
+    CHECK(mprotect(q, 8192, PROT_READ | PROT_WRITE) == -1 && errno == EACCES);
+    CHECK(munmap(q, 8192) == 0);
+    CHECK(close(rd) == 0);
+    CHECK(pread(fd, back, 1, 8192) == 1 && back[0] == 'A');
+    CHECK(ftruncate(fd, 8192) == 0);
+
     section = "mmap MAP_SHARED + msync";
     CHECK(ftruncate(fd, 8192) == 0);
     p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
