@@ -7,6 +7,12 @@ use crate::error::{Error, Result};
 use crate::oplog::{self, Entry, Log};
 use crate::request::Response;
 
+/// How long making room waits for pinned readers to move on before the allocation that
+/// needed the room fails with ENOSPC. A reader stopped while pinned (SIGSTOP in the middle
+/// of a read) holds reclamation back until it runs again: each allocation that needs room
+/// then waits this long and fails.
+const MAKE_ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Server {
     // ------------------------------------------------------------------ commit machinery
 
@@ -139,12 +145,24 @@ impl Server {
         }
         // The checkpoint itself reclaims what is safe.
         self.checkpoint()?;
-        for _ in 0..100 {
+        // A reader may be pinned for a while: a 4 MB read copies for a millisecond or more,
+        // and a process reading in a loop pins again at once. A hundred yields (well under
+        // a millisecond) gave a writer ENOSPC with two thirds of the pool free while
+        // another process read a file in a loop. Each reclaim advances the epoch, so a
+        // reader's next pin no longer holds back what was retired before it.
+        let deadline = std::time::Instant::now() + MAKE_ROOM_WAIT;
+        for round in 0u32.. {
             if self.alloc.pending() < before || self.reclaim() > 0 {
                 return Ok(true);
             }
-            // A reader may be pinned for a moment.
-            std::thread::yield_now();
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            if round < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
         }
         Ok(false)
     }
