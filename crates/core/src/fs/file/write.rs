@@ -104,9 +104,19 @@ impl File {
     /// One atomic write; returns where it ended. When other processes share the pool, a
     /// commit that raced with another process's write is refused and redone.
     fn write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
+        let mut again_after_enospc = self.fs.pool_is_shared();
         loop {
             match self.try_write_chunk(data, off) {
                 Err(e) if e.errno() == libc::EAGAIN => std::thread::yield_now(),
+                // Near a full pool, the epoch this write pinned through its commit can be
+                // what holds back the pages freed just before it (they were retired at that
+                // epoch), so the server found no room. Once, the write starts again: it pins
+                // the epoch the server has advanced since. (Found by probing: an append
+                // right after deleting files failed, and the same append 0.1 s later did
+                // not.)
+                Err(e) if e.errno() == libc::ENOSPC && again_after_enospc => {
+                    again_after_enospc = false;
+                }
                 other => return other,
             }
         }
