@@ -9,7 +9,7 @@
 //! memory does. Only a whole copy grows from the file, so memory the list no longer
 //! describes exactly is never filled.
 
-use super::load;
+use super::{MapCall, load};
 use crate::real;
 use crate::session::op;
 use crate::table::OpenFile;
@@ -50,26 +50,19 @@ fn overlaps(c: &Copy, a: usize, end: usize) -> bool {
     c.addr < end && a < c.addr + c.len
 }
 
-/// Map a copy of the file's bytes from `off` (zeros past its end), protected as asked.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn snapshot(
-    of: &Arc<OpenFile>,
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    off: u64,
-    shared: bool,
-) -> Res<*mut c_void> {
+/// Map a copy of the file's bytes from the call's offset (zeros past its end), protected as
+/// asked; `shared` if the call asked for a shared mapping.
+pub(super) fn snapshot(of: &Arc<OpenFile>, call: MapCall, shared: bool) -> Res<*mut c_void> {
     if !of.readable() {
         return Err(libc::EACCES);
     }
-    let keep = flags
+    let (len, prot, off) = (call.len, call.prot, call.off);
+    let keep = call.flags
         & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
     // SAFETY: an anonymous private mapping of len bytes.
     let p = unsafe {
         real::mmap(
-            addr,
+            call.addr,
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep,

@@ -111,14 +111,24 @@ fn load(of: &OpenFile, dst: &mut [u8], off: u64) -> Res<()> {
     Ok(())
 }
 
-fn shared(
-    of: &Arc<OpenFile>,
+/// What an mmap call on a pool file asked for.
+#[derive(Clone, Copy)]
+struct MapCall {
     addr: *mut c_void,
     len: usize,
     prot: c_int,
     flags: c_int,
     off: u64,
-) -> Res<*mut c_void> {
+}
+
+fn shared(of: &Arc<OpenFile>, call: MapCall) -> Res<*mut c_void> {
+    let MapCall {
+        addr,
+        len,
+        prot,
+        flags,
+        off,
+    } = call;
     let writable = prot & libc::PROT_WRITE != 0;
     if !of.readable() || (writable && !of.writable()) {
         return Err(libc::EACCES);
@@ -225,10 +235,11 @@ macro_rules! mmaps {
                 // shares a bit with MAP_SHARED_VALIDATE (3).
                 let kind = flags & libc::MAP_TYPE;
                 let is_shared = kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE;
+                let call = MapCall { addr, len, prot, flags, off: off as u64 };
                 if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
-                    shared(&of, addr, len, prot, flags, off as u64)
+                    shared(&of, call)
                 } else {
-                    copies::snapshot(&of, addr, len, prot, flags, off as u64, is_shared)
+                    copies::snapshot(&of, call, is_shared)
                 }
             })
         })
