@@ -257,9 +257,17 @@ impl Allocator {
         freed.len()
     }
 
-    /// How many pending items match `f`.
-    pub fn pending_count(&self, f: impl Fn(&Item) -> bool) -> u64 {
-        self.pending.iter().filter(|p| f(&p.item)).count() as u64
+    /// How many inodes, metadata pages and data pages are pending, in one pass.
+    pub fn pending_by_kind(&self) -> (u64, u64, u64) {
+        let mut n = (0, 0, 0);
+        for p in &self.pending {
+            match p.item {
+                Item::Inode(_) => n.0 += 1,
+                Item::MetaPage(_) => n.1 += 1,
+                Item::DataPage(_) => n.2 += 1,
+            }
+        }
+        n
     }
 
     /// Items waiting to be freed.

@@ -279,33 +279,18 @@ impl Server {
     }
 
     fn statfs(&self) -> StatFs {
+        // Retired items are free as soon as readers and the next checkpoint allow.
+        let (inodes, meta, data) = self.alloc.pending_by_kind();
         StatFs {
             block_size: crate::layout::PAGE,
             blocks: self.geo.data_pages,
-            // Retired items are free as soon as readers and the next checkpoint allow.
-            blocks_free: self.alloc.data.free()
-                + self.alloc.pending_count(|i| matches!(i, Item::DataPage(_))),
+            blocks_free: self.alloc.data.free() + data,
             files: self.geo.inode_count - 1,
-            files_free: self.files_free(),
+            files_free: files_free(
+                self.alloc.inodes.free() + inodes,
+                self.alloc.meta.free() + meta,
+            ),
             name_max: crate::dir::NAME_MAX as u64,
-        }
-    }
-
-    /// Free inodes, unless the metadata pages are nearly gone: a file of more than one
-    /// page takes one for its index, and a directory one for its entries, so once they
-    /// run out creating files fails with ENOSPC however many inodes are free. Statfs then
-    /// counts them instead (`df -i` shows the pool full), rather than most of the pool
-    /// free. Until then tiny files, which take none, count as files should.
-    fn files_free(&self) -> u64 {
-        const FEW_META_PAGES: u64 = 64;
-        let inodes =
-            self.alloc.inodes.free() + self.alloc.pending_count(|i| matches!(i, Item::Inode(_)));
-        let meta =
-            self.alloc.meta.free() + self.alloc.pending_count(|i| matches!(i, Item::MetaPage(_)));
-        if meta < FEW_META_PAGES {
-            inodes.min(meta)
-        } else {
-            inodes
         }
     }
 
@@ -499,5 +484,19 @@ impl Server {
 
     pub(crate) fn now(&self) -> i64 {
         now_ns()
+    }
+}
+
+/// Files free for statfs: the free inodes, unless the metadata pages are nearly gone. A file
+/// of more than `index::SMALL` pages takes one for its index, and a directory one for its
+/// entries, so once they run out creating files fails with ENOSPC however many inodes are
+/// free: files free then counts them instead (`df -i` shows the pool full), rather than
+/// most of the pool free. Until then small files, which take none, count as files should.
+fn files_free(inodes: u64, meta_pages: u64) -> u64 {
+    const FEW_META_PAGES: u64 = 64;
+    if meta_pages < FEW_META_PAGES {
+        inodes.min(meta_pages)
+    } else {
+        inodes
     }
 }

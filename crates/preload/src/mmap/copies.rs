@@ -111,21 +111,22 @@ pub(super) fn forget(a: usize, end: usize) {
     NCOPIES.fetch_sub(before - list.len(), Ordering::AcqRel);
 }
 
-/// `mprotect` of `a..end` to `prot`: EACCES if that makes a copy of a shared mapping of a
-/// read-only descriptor writable; otherwise the copies there keep `prot` for their growth.
-pub(super) fn protecting(a: usize, end: usize, prot: c_int) -> Res<()> {
+/// Whether `mprotect` of `a..end` to `prot` would make a copy of a shared mapping of a
+/// read-only descriptor writable (EACCES, as on Linux).
+pub(super) fn refuses(a: usize, end: usize, prot: c_int) -> bool {
     let _op = op();
-    let mut list = copies();
-    if prot & libc::PROT_WRITE != 0 && list.iter().any(|c| c.shared && overlaps(c, a, end)) {
-        return Err(libc::EACCES);
-    }
-    for c in list
+    prot & libc::PROT_WRITE != 0 && copies().iter().any(|c| c.shared && overlaps(c, a, end))
+}
+
+/// After `mprotect` of `a..end` to `prot`: the whole copies there keep it for their growth.
+pub(super) fn protected(a: usize, end: usize, prot: c_int) {
+    let _op = op();
+    for c in copies()
         .iter_mut()
         .filter(|c| c.addr >= a && c.addr + c.len <= end)
     {
         c.prot = prot;
     }
-    Ok(())
 }
 
 /// `mremap` of a whole copy: the kernel moves or resizes it, then the pages it grew by are

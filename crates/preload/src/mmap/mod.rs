@@ -272,40 +272,50 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
 }
 
 /// A shared mapping made writable holds changes to write back; of a descriptor not opened
-/// for writing it cannot be made writable (EACCES), as on Linux.
+/// for writing it cannot be made writable (EACCES), as on Linux. Copies note their new
+/// protection once the kernel has taken it (`copies.rs`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     crate::guarded!(-1, {
         let (a, end) = (addr as usize, (addr as usize).saturating_add(len));
-        if copies::any()
-            && !reentered()
-            && let Err(e) = copies::protecting(a, end, prot)
-        {
-            crate::util::set_errno(e);
-            return Ok(-1);
-        }
-        if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
-            // SAFETY: forwarding unchanged.
-            return Ok(unsafe { real::mprotect(addr, len, prot) });
-        }
-        let _op = op();
-        let mut maps = maps();
-        let hit = |m: &Mapping| m.addr < end && a < m.addr + m.len;
-        let writes = prot & libc::PROT_WRITE != 0;
-        if writes && maps.iter().any(|m| hit(m) && !m.of.writable()) {
+        let copies_here = copies::any() && !reentered();
+        if copies_here && copies::refuses(a, end, prot) {
             crate::util::set_errno(libc::EACCES);
             return Ok(-1);
         }
-        // SAFETY: forwarding unchanged.
-        let r = unsafe { real::mprotect(addr, len, prot) };
-        if r == 0 {
-            for m in maps.iter_mut().filter(|m| hit(m)) {
-                m.writable |= writes;
-                m.unreadable |= prot == libc::PROT_NONE;
-            }
+        let r = protect_shared(addr, len, prot);
+        if r == 0 && copies_here {
+            copies::protected(a, end, prot);
         }
         r
     })
+}
+
+/// `mprotect` where shared mappings may lie: EACCES for one of a descriptor not opened for
+/// writing made writable; otherwise the kernel's call, then the mappings' flags.
+fn protect_shared(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    if NMAPS.load(Ordering::Acquire) == 0 || reentered() {
+        // SAFETY: forwarding unchanged.
+        return unsafe { real::mprotect(addr, len, prot) };
+    }
+    let (a, end) = (addr as usize, (addr as usize).saturating_add(len));
+    let _op = op();
+    let mut maps = maps();
+    let hit = |m: &Mapping| m.addr < end && a < m.addr + m.len;
+    let writes = prot & libc::PROT_WRITE != 0;
+    if writes && maps.iter().any(|m| hit(m) && !m.of.writable()) {
+        crate::util::set_errno(libc::EACCES);
+        return -1;
+    }
+    // SAFETY: forwarding unchanged.
+    let r = unsafe { real::mprotect(addr, len, prot) };
+    if r == 0 {
+        for m in maps.iter_mut().filter(|m| hit(m)) {
+            m.writable |= writes;
+            m.unreadable |= prot == libc::PROT_NONE;
+        }
+    }
+    r
 }
 
 #[unsafe(no_mangle)]
