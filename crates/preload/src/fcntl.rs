@@ -74,9 +74,16 @@ fn lock(of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
     Ok(r)
 }
 
+/// The O_LARGEFILE bit 64-bit Linux sets on every open file and F_GETFL shows; glibc's (and
+/// the libc crate's) `O_LARGEFILE` is 0 there.
+#[cfg(target_arch = "x86_64")]
+const KERNEL_O_LARGEFILE: c_int = 0o100000;
+#[cfg(not(target_arch = "x86_64"))]
+const KERNEL_O_LARGEFILE: c_int = libc::O_LARGEFILE;
+
 fn fcntl_of(fd: c_int, of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
     match cmd {
-        libc::F_GETFL => Ok(of.flags() | libc::O_LARGEFILE),
+        libc::F_GETFL => Ok(of.flags() | KERNEL_O_LARGEFILE),
         libc::F_SETFL => {
             let _op = op();
             of.set_flags(arg as c_int)?;

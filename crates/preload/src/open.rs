@@ -17,14 +17,7 @@ fn options(flags: c_int, mode: u32) -> OpenOptions {
     } else {
         0
     };
-    let mut opts = OpenOptions::from_flags(flags, mode);
-    if flags & libc::O_PATH != 0 {
-        opts = OpenOptions::new()
-            .read(true)
-            .nofollow(opts.nofollow)
-            .directory(opts.directory);
-    }
-    opts
+    OpenOptions::from_flags(flags, mode)
 }
 
 fn install(file: engram_core::File, mut p: Vec<u8>, is_dir: bool, flags: c_int) -> Res<c_int> {
@@ -129,6 +122,12 @@ fn open_guarded(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> Res<
     if flags & (libc::O_CREAT | libc::O_DIRECTORY) == libc::O_CREAT | libc::O_DIRECTORY {
         return Err(libc::EINVAL);
     }
+    // With O_PATH the kernel drops every other flag but these (build_open_flags).
+    let flags = if flags & libc::O_PATH != 0 {
+        flags & (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+    } else {
+        flags
+    };
     if let Ok(Route::Desc { fd, orig, .. }) = &r {
         return reopen(*fd, orig, flags, mode).map(Opened::Fd);
     }

@@ -169,6 +169,12 @@ pub unsafe extern "C" fn linkat(
     flags: c_int,
 ) -> c_int {
     crate::guarded!(-1, {
+        // SAFETY: the caller's path.
+        if unsafe { crate::stat::empty_path(from, flags) } {
+            let of = crate::ours!(fd1, real::linkat(fd1, from, fd2, to, flags));
+            // SAFETY: the caller's path.
+            return Ok(link_descriptor(&of, unsafe { route(fd2, to) }));
+        }
         let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
         two(
             (fd1, from),
@@ -226,15 +232,52 @@ pub unsafe extern "C" fn symlinkat(
     })
 }
 
+/// linkat(fd, "", …, AT_EMPTY_PATH) of a descriptor of ours: a new name for its node. Linux
+/// asks CAP_DAC_READ_SEARCH for it (ENOENT without); the pool is one file system (EXDEV to
+/// a name outside it).
+fn link_descriptor(of: &crate::table::OpenFile, to: Res<Route>) -> c_int {
+    guard(-1, || {
+        let _op = op();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(libc::ENOENT);
+        }
+        if matches!(to, Ok(Route::Pass)) {
+            return Err(libc::EXDEV);
+        }
+        match side(to, false)? {
+            Side::Pool(fs, p) => ok(fs.link_handle(of.handle(), None, &p)),
+            Side::Removed(..) => Err(libc::ENOENT),
+            Side::Real(_) => Err(libc::EXDEV),
+        }
+    })
+}
+
+/// Copy a link's target into the caller's buffer of `n` bytes, cut to fit, as readlink does.
+fn copy_target(t: &[u8], out: *mut c_char, n: size_t) -> Res<ssize_t> {
+    let k = t.len().min(n);
+    // SAFETY: the caller's buffer holds n bytes.
+    unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), out as *mut u8, k) };
+    Ok(k as ssize_t)
+}
+
+/// readlinkat of a descriptor of ours with an empty path: its target if it is a symlink
+/// (opened with O_PATH|O_NOFOLLOW), ENOENT otherwise, as Linux answers.
+fn readlink_of(of: &crate::table::OpenFile, out: *mut c_char, n: size_t) -> ssize_t {
+    guard(-1, || {
+        let _op = op();
+        let fs = crate::session::fs()?;
+        if !of.with_file(|f| f.metadata().map_err(en))?.is_symlink() {
+            return Err(libc::ENOENT);
+        }
+        copy_target(&fs.readlink_handle(of.handle()).map_err(en)?, out, n)
+    })
+}
+
 fn readlink_routed(r: Res<Route>, out: *mut c_char, n: size_t) -> ssize_t {
     guard(-1, || {
         let _op = op();
-        let copy_out = |t: &[u8]| {
-            let k = t.len().min(n);
-            // SAFETY: the caller's buffer holds n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), out as *mut u8, k) };
-            Ok(k as ssize_t)
-        };
+        let copy_out = |t: &[u8]| copy_target(t, out, n);
         // The kernel's `fd/N` link of a descriptor of ours reads as its file's path.
         if let Ok(Route::Desc {
             fd,
@@ -270,6 +313,12 @@ pub unsafe extern "C" fn readlinkat(
     n: size_t,
 ) -> ssize_t {
     crate::guarded!(-1, {
+        // An empty path reads the link the descriptor is (O_PATH|O_NOFOLLOW), as on Linux.
+        // SAFETY: the caller's path.
+        if unsafe { crate::stat::empty_path(path, libc::AT_EMPTY_PATH) } && !path.is_null() {
+            let of = crate::ours!(dirfd, real::readlinkat(dirfd, path, out, n));
+            return Ok(readlink_of(&of, out, n));
+        }
         let r = routed!(dirfd, path, real::readlinkat(dirfd, path, out, n));
         readlink_routed(r, out, n)
     })

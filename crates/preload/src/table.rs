@@ -34,6 +34,7 @@ const KEEP_FLAGS: c_int = libc::O_ACCMODE
     | libc::O_DSYNC
     | libc::O_PATH
     | libc::O_DIRECTORY
+    | libc::O_NOFOLLOW
     | libc::O_ASYNC;
 
 /// Make a new description for `file` and return the descriptor reserved for it.

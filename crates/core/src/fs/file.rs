@@ -28,6 +28,10 @@ pub struct OpenOptions {
     pub truncate: bool,
     pub directory: bool,
     pub nofollow: bool,
+    /// O_PATH: a handle of the node itself, for its status and as the base of `*at` calls.
+    /// Linux asks no permission of the node for it, and with `nofollow` a final symlink is
+    /// opened as itself.
+    pub path: bool,
     /// Permission bits for a created file (the caller applies its umask).
     pub mode: u32,
 }
@@ -76,10 +80,28 @@ impl OpenOptions {
         self.mode = m;
         self
     }
+    /// O_PATH (see the field): reading, writing, creating and truncating are off.
+    pub fn path(self, v: bool) -> Self {
+        if !v {
+            return OpenOptions {
+                path: false,
+                ..self
+            };
+        }
+        OpenOptions {
+            read: true,
+            directory: self.directory,
+            nofollow: self.nofollow,
+            path: true,
+            ..OpenOptions::default()
+        }
+    }
 
     /// From open(2) flags and mode.
     pub fn from_flags(flags: i32, mode: u32) -> OpenOptions {
         let acc = flags & libc::O_ACCMODE;
+        // With O_PATH, Linux ignores every flag but O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
+        let path = flags & libc::O_PATH != 0;
         OpenOptions {
             read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
             write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
@@ -89,8 +111,10 @@ impl OpenOptions {
             truncate: flags & libc::O_TRUNC != 0,
             directory: flags & libc::O_DIRECTORY != 0,
             nofollow: flags & libc::O_NOFOLLOW != 0,
+            path: false,
             mode,
         }
+        .path(path)
     }
 }
 

@@ -143,7 +143,8 @@ impl Fs {
             }
         } else {
             let (h, d) = self.resolve(dir, path, !opts.nofollow)?;
-            if d.is_symlink() {
+            // O_PATH|O_NOFOLLOW opens a final symlink as itself (O_DIRECTORY: ENOTDIR below).
+            if d.is_symlink() && !opts.path {
                 return Err(symlink_not_followed(&opts));
             }
             (h, d, false)
@@ -160,8 +161,12 @@ impl Fs {
             return File::new(self.clone(), h, opts).map(Opened::File);
         }
         // O_TRUNC asks for write permission also where it truncates nothing, as on Linux.
-        let want = if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
-        perm::check(self.creds(), &d, want)?;
+        // O_PATH asks for none: only the search permission of the walk.
+        if !opts.path {
+            let want =
+                if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
+            perm::check(self.creds(), &d, want)?;
+        }
         if d.is_special() {
             return Ok(Opened::Special(h, Metadata::from_inode(h.ino, &d)));
         }

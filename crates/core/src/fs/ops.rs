@@ -250,12 +250,18 @@ impl Fs {
         follow: bool,
     ) -> Result<()> {
         let (h, _) = self.resolve(odir, old, follow)?;
+        self.link_handle(h, ndir, new)
+    }
+
+    /// A new name `new` (from `ndir`) for the node of handle `target`: linkat with
+    /// AT_EMPTY_PATH. ENOENT once the node has no name left (the server checks).
+    pub fn link_handle(&self, target: Handle, ndir: Option<Handle>, new: &[u8]) -> Result<()> {
         let (p, name) = self.parent_for_change(ndir, new)?;
         if p.trailing_slash {
             return Err(self.slash_name_error(p.dir, &name)?);
         }
         self.call_entry(Request::Link {
-            target: h,
+            target,
             parent: p.dir,
             name,
         })?;

@@ -271,3 +271,67 @@ fn open_creat_on_existing_directory_is_eisdir() {
     );
     assert_clean(&fs);
 }
+
+#[test]
+fn o_path_opens_the_node_itself() {
+    let (p, fs) = new_fs("opath", 16);
+    fs.write_file("/f", b"abc").unwrap();
+    fs.chmod("/f", 0).unwrap();
+    fs.symlink("f", "/lf").unwrap();
+    let path = OpenOptions::from_flags(libc::O_PATH | libc::O_NOFOLLOW, 0);
+    assert!(path.path && path.read && !path.write);
+
+    // No permission on the node itself: a user may open a 000 file it cannot read.
+    let alice = user(&fs, 1000);
+    assert_errno(alice.open_file("/f", &ro()), libc::EACCES);
+    let f = alice.open_file("/f", &path).unwrap();
+    assert_eq!(f.metadata().unwrap().size, 3);
+
+    // The flags O_PATH ignores: no create, no truncate, no write.
+    let o = OpenOptions::from_flags(
+        libc::O_PATH | libc::O_TRUNC | libc::O_CREAT | libc::O_RDWR,
+        0,
+    );
+    assert!(o.path && !o.write && !o.truncate && !o.create);
+    drop(fs.open_file("/f", &o).unwrap());
+    assert_eq!(fs.stat("/f").unwrap().size, 3);
+    assert_errno(fs.open_file("/none", &o), ENOENT);
+
+    // With O_NOFOLLOW a final symlink opens as itself, and keeps its node once unlinked.
+    let l = fs.open_file("/lf", &path).unwrap();
+    let m = l.metadata().unwrap();
+    assert!(m.is_symlink());
+    assert_eq!(fs.readlink_handle(l.handle()).unwrap(), b"f");
+    fs.link_handle(l.handle(), None, b"/lf2").unwrap();
+    assert_eq!(fs.lstat("/lf2").unwrap().nlink, 2);
+    fs.unlink("/lf").unwrap();
+    fs.unlink("/lf2").unwrap();
+    assert_eq!(l.metadata().unwrap().nlink, 0);
+    assert_eq!(fs.readlink_handle(l.handle()).unwrap(), b"f");
+    assert_errno(fs.link_handle(l.handle(), None, b"/lf3"), ENOENT);
+    drop(l);
+    assert_errno(
+        fs.open_file(
+            "/f",
+            &OpenOptions::from_flags(libc::O_PATH | libc::O_DIRECTORY, 0),
+        ),
+        ENOTDIR,
+    );
+    // Without O_NOFOLLOW the link is followed as before.
+    fs.symlink("f", "/lf").unwrap();
+    let t = fs
+        .open_file("/lf", &OpenOptions::from_flags(libc::O_PATH, 0))
+        .unwrap();
+    assert!(t.metadata().unwrap().is_file());
+    drop((t, f, alice));
+    // A long target, kept out of the inode, is freed with the link's last handle.
+    let long = vec![b'x'; 300];
+    fs.symlink(&long, "/long").unwrap();
+    let l = fs.open_file("/long", &path).unwrap();
+    fs.unlink("/long").unwrap();
+    assert_eq!(fs.readlink_handle(l.handle()).unwrap(), long);
+    drop(l);
+    assert_clean(&fs);
+    let fs = remount(&p, fs);
+    assert_clean(&fs);
+}

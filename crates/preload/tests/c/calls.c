@@ -940,7 +940,51 @@ static void refusals(void) {
     CHECK(pd >= 0);
     char dents[256];
     CHECK(syscall(SYS_getdents64, pd, dents, sizeof dents) == -1 && errno == EBADF);
+    char target[16];
+    CHECK(readlinkat(pd, "", target, sizeof target) == -1 && errno == ENOENT);
     CHECK(close(pd) == 0);
+
+    section = "O_PATH asks no permission of the file; flags it ignores";
+    CHECK(chmod(M "/src", 0) == 0);
+    p = open(M "/src", O_PATH | O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    CHECK(p >= 0);
+    CHECK(fstat(p, &st) == 0 && st.st_size == 3 && (st.st_mode & 07777) == 0); /* not truncated */
+    CHECK((fcntl(p, F_GETFL) & (O_PATH | O_ACCMODE | O_TRUNC | O_CREAT)) == O_PATH);
+    CHECK(chmod(M "/src", 0644) == 0);
+
+    section = "linkat of a descriptor (AT_EMPTY_PATH)";
+    CHECK(linkat(p, "", AT_FDCWD, M "/src2", AT_EMPTY_PATH) == 0);
+    CHECK(stat(M "/src2", &st) == 0 && st.st_nlink == 2);
+    CHECK(linkat(p, "", AT_FDCWD, "/dev/shm/engram-calls-outside", AT_EMPTY_PATH) == -1 &&
+          errno == EXDEV);
+    CHECK(unlink(M "/src2") == 0);
+    CHECK(close(p) == 0);
+
+    section = "O_PATH|O_NOFOLLOW opens a symlink itself";
+    CHECK(symlink("src", M "/plink") == 0);
+    int pl = open(M "/plink", O_PATH | O_NOFOLLOW);
+    CHECK(pl >= 0);
+    CHECK((fcntl(pl, F_GETFL) & (O_PATH | O_NOFOLLOW)) == (O_PATH | O_NOFOLLOW));
+    CHECK(fstat(pl, &st) == 0 && S_ISLNK(st.st_mode) && st.st_size == 3);
+    CHECK(fstatat(pl, "", &st, AT_EMPTY_PATH) == 0 && S_ISLNK(st.st_mode));
+    CHECK(readlinkat(pl, "", target, sizeof target) == 3 && memcmp(target, "src", 3) == 0);
+    CHECK(readlinkat(pl, "", target, 2) == 2);
+    CHECK(read(pl, target, 1) == -1 && errno == EBADF);
+    CHECK(fchdir(pl) == -1 && errno == ENOTDIR);
+    CHECK(openat(pl, "x", O_RDONLY) == -1 && errno == ENOTDIR);
+    CHECK(open(M "/plink", O_PATH | O_NOFOLLOW | O_DIRECTORY) == -1 && errno == ENOTDIR);
+    CHECK(open(M "/plink", O_RDONLY | O_NOFOLLOW) == -1 && errno == ELOOP);
+    CHECK(linkat(pl, "", AT_FDCWD, M "/plink2", AT_EMPTY_PATH) == 0);
+    CHECK(lstat(M "/plink2", &st) == 0 && S_ISLNK(st.st_mode) && st.st_nlink == 2);
+    CHECK(unlink(M "/plink") == 0 && unlink(M "/plink2") == 0);
+    /* The descriptor keeps the link, with no name left. */
+    CHECK(fstat(pl, &st) == 0 && st.st_nlink == 0);
+    CHECK(readlinkat(pl, "", target, sizeof target) == 3);
+    CHECK(linkat(pl, "", AT_FDCWD, M "/plink3", AT_EMPTY_PATH) == -1 && errno == ENOENT);
+    CHECK(close(pl) == 0);
+    int rd = open(M "/src", O_RDONLY | O_NOFOLLOW);
+    CHECK(rd >= 0 && (fcntl(rd, F_GETFL) & (O_NOFOLLOW | O_ACCMODE)) == O_NOFOLLOW);
+    CHECK(close(rd) == 0);
 
     section = "fchmodat of a symlink itself";
     CHECK(symlink("src", M "/srclink") == 0);
