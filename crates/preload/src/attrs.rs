@@ -208,16 +208,18 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
 
 type Times = (Option<SetTime>, Option<SetTime>);
 
+/// Seconds and nanoseconds as the pool keeps a time, signed nanoseconds (1677 to 2262):
+/// a time outside that range is clamped to it, as Linux clamps to each file system's range
+/// and never fails for it.
+fn clamped_ns(sec: i64, nsec: i64) -> i64 {
+    sec.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
 fn from_timespec(t: &libc::timespec) -> Res<Option<SetTime>> {
     match t.tv_nsec {
         libc::UTIME_NOW => Ok(Some(SetTime::Now)),
         libc::UTIME_OMIT => Ok(None),
-        n if (0..1_000_000_000).contains(&n) => Ok(Some(SetTime::Ns(
-            t.tv_sec
-                .checked_mul(1_000_000_000)
-                .and_then(|s| s.checked_add(n))
-                .ok_or(libc::EINVAL)?,
-        ))),
+        n if (0..1_000_000_000).contains(&n) => Ok(Some(SetTime::Ns(clamped_ns(t.tv_sec, n)))),
         _ => Err(libc::EINVAL),
     }
 }
@@ -245,9 +247,7 @@ unsafe fn timevals(t: *const libc::timeval) -> Res<Times> {
         if !(0..1_000_000).contains(&v.tv_usec) {
             return Err(libc::EINVAL);
         }
-        Ok(Some(SetTime::Ns(
-            v.tv_sec * 1_000_000_000 + v.tv_usec * 1000,
-        )))
+        Ok(Some(SetTime::Ns(clamped_ns(v.tv_sec, v.tv_usec * 1000))))
     };
     Ok((cv(a)?, cv(m)?))
 }
@@ -321,8 +321,8 @@ pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> 
             // SAFETY: the caller's utimbuf.
             let u = unsafe { &*t };
             Ok((
-                Some(SetTime::Ns(u.actime * 1_000_000_000)),
-                Some(SetTime::Ns(u.modtime * 1_000_000_000)),
+                Some(SetTime::Ns(clamped_ns(u.actime, 0))),
+                Some(SetTime::Ns(clamped_ns(u.modtime, 0))),
             ))
         };
         // SAFETY: the real call on the resolved path.

@@ -3,11 +3,12 @@
 //! under the prefix (or a descriptor of ours) is copied into a memfd, which the kernel can
 //! execute (`fexecve`, or `/proc/self/fd/N` for `posix_spawn`). Executing takes the pool
 //! file's execute permission (EACCES without it, as for a directory); set-id bits are not
-//! honoured. A script (`#!`) keeps its memfd open in the new program, where its interpreter
+//! honoured. A script named by a path runs its interpreter (`shebang`); one run by its
+//! descriptor (`fexecve`) keeps its memfd open in the new program, where its interpreter
 //! reads it as `/dev/fd/N` (the kernel runs it so); a binary's memfd closes on exec.
 
 use crate::util::{Res, errno};
-use libc::{c_char, c_int};
+use libc::c_int;
 
 /// A program's copy, closed on drop (after an exec that failed, or once spawned).
 pub struct Program(c_int);
@@ -20,49 +21,6 @@ impl Drop for Program {
 }
 
 impl Program {
-    /// The copy of the program at `path` when the path is ours; None otherwise (the
-    /// kernel executes it as usual).
-    ///
-    /// # Safety
-    /// `path` is null or a valid C string.
-    pub unsafe fn of_path(path: *const c_char) -> Res<Option<Program>> {
-        // SAFETY: the caller's C string.
-        if !unsafe { crate::route::is_ours(path) } {
-            return Ok(None);
-        }
-        // SAFETY: the caller's C string.
-        unsafe { Program::of_path_at(libc::AT_FDCWD, path, false) }.map(Some)
-    }
-
-    /// The copy of the program at `path` (ours) relative to `dirfd`. Opened first, so that
-    /// a final symlink under `nofollow` is ELOOP whatever it points to, as the kernel has
-    /// it; then the file must be executable.
-    ///
-    /// # Safety
-    /// `path` is a valid C string.
-    pub unsafe fn of_path_at(dirfd: c_int, path: *const c_char, nofollow: bool) -> Res<Program> {
-        // O_NONBLOCK: a FIFO of the pool opens without waiting for a writer, and is then
-        // refused (EACCES) as the kernel refuses to run one.
-        let flags = libc::O_RDONLY
-            | libc::O_CLOEXEC
-            | libc::O_NONBLOCK
-            | if nofollow { libc::O_NOFOLLOW } else { 0 };
-        // SAFETY: the shim's own calls on the caller's C string.
-        unsafe {
-            let fd = crate::open::openat(dirfd, path, flags, 0);
-            if fd < 0 {
-                return Err(errno());
-            }
-            let copy = if crate::attrs::faccessat(dirfd, path, libc::X_OK, 0) == 0 {
-                Program::copy(fd)
-            } else {
-                Err(errno())
-            };
-            crate::open::close(fd);
-            copy
-        }
-    }
-
     /// The copy of the program open as `fd` (a descriptor of ours). A descriptor open for
     /// writing gives ETXTBSY, as the kernel refuses to run a file open for writing.
     pub fn of_fd(fd: c_int) -> Res<Program> {
@@ -81,7 +39,8 @@ impl Program {
         std::ffi::CString::new(format!("/proc/self/fd/{}", self.0)).expect("digits")
     }
 
-    fn copy(fd: c_int) -> Res<Program> {
+    /// The copy of the pool program open as `fd`, which must be an executable regular file.
+    pub(crate) fn copy(fd: c_int) -> Res<Program> {
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: the shim's own fstat into a local buffer, then its pread into local ones.
         unsafe {

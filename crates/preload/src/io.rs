@@ -53,11 +53,12 @@ fn write_placing(of: &OpenFile, data: &[u8], at: Option<u64>, append: bool) -> R
 
 /// Write at `Some(off)`, or at the end of file; returns how many bytes and where they end.
 fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
-    if of.is_dir() {
-        return Err(libc::EISDIR);
-    }
+    // A directory is never open for writing: EBADF, as Linux checks the mode first.
     if !of.writable() {
         return Err(libc::EBADF);
+    }
+    if of.is_dir() {
+        return Err(libc::EISDIR);
     }
     let hold = crate::mmap::hold_for_write(of);
     let (n, end) = of.with_file(|f| f.write_placed(data, at).map_err(en))?;

@@ -53,6 +53,7 @@ pub mod removed;
 pub mod resolve;
 pub mod route;
 pub mod session;
+pub mod shebang;
 pub mod spawn;
 pub mod stat;
 pub mod stdio;

@@ -8,6 +8,7 @@
 use crate::exec::Program;
 use crate::inherit::ExecEnv;
 use crate::real;
+use crate::shebang::{self, Launch};
 use libc::{c_char, c_int, pid_t};
 use std::ffi::CString;
 
@@ -86,20 +87,38 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     crate::guarded!(-1, {
-        // SAFETY: the caller's path.
-        let program = unsafe { Program::of_path(path) }?;
+        // SAFETY: the caller's path, arguments and environment.
+        let launch = if unsafe { crate::route::is_ours(path) } {
+            unsafe { shebang::launch(libc::AT_FDCWD, path, argv, envp, false) }?
+        } else {
+            None
+        };
         let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
-        // SAFETY: the real execve (or fexecve of the pool program's copy) with the caller's
-        // path and arguments.
+        // SAFETY: the real execve with the caller's path and arguments, or what the pool
+        // path launches.
         replacing_image(|| unsafe {
-            match &program {
-                Some(p) => real::fexecve(p.fd(), argv, env.as_ptr()),
+            match &launch {
+                Some(l) => launched(l, argv, env.as_ptr()),
                 None => real::execve(path, argv, env.as_ptr()),
             }
         })
     })
+}
+
+/// Execute what a pool path launches: its binary's copy, or a script's interpreter.
+///
+/// # Safety
+/// `argv` and `env` are what execve takes.
+unsafe fn launched(l: &Launch, argv: *const *const c_char, env: *const *const c_char) -> c_int {
+    // SAFETY: the launch's own arguments or the caller's.
+    unsafe {
+        match &l.program {
+            Some(p) => real::fexecve(p.fd(), l.argv(argv), env),
+            None => real::execve(l.path.as_ptr(), l.argv(argv), env),
+        }
+    }
 }
 
 unsafe extern "C" {
@@ -353,10 +372,11 @@ pub unsafe extern "C" fn execveat(
         }
         // SAFETY: the caller's path (null is left to the kernel).
         let empty = !path.is_null() && unsafe { *path } == 0;
-        let program = if empty && flags & libc::AT_EMPTY_PATH != 0 {
+        let launch = if empty && flags & libc::AT_EMPTY_PATH != 0 {
             crate::desc::refuse_spare(dirfd)?;
             if crate::table::is_ours(dirfd) {
-                Some(Program::of_fd(dirfd)?)
+                let program = Program::of_fd(dirfd)?;
+                Some(Launch::of_program(program, c"".to_owned()))
             } else {
                 None
             }
@@ -367,19 +387,19 @@ pub unsafe extern "C" fn execveat(
                 r => {
                     r?;
                     let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
-                    // SAFETY: the caller's path.
-                    Some(unsafe { Program::of_path_at(dirfd, path, nofollow) }?)
+                    // SAFETY: the caller's path, arguments and environment.
+                    unsafe { shebang::launch(dirfd, path, argv, envp, nofollow) }?
                 }
             }
         };
         let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
-        // SAFETY: the real fexecve of the copy, or the real execveat with the caller's
+        // SAFETY: what the pool path launches, or the real execveat with the caller's
         // arguments.
         replacing_image(|| unsafe {
-            match &program {
-                Some(p) => real::fexecve(p.fd(), argv, env.as_ptr()),
+            match &launch {
+                Some(l) => launched(l, argv, env.as_ptr()),
                 None => real::execveat(dirfd, path, argv, env.as_ptr(), flags),
             }
         })
@@ -413,19 +433,27 @@ pub unsafe extern "C" fn posix_spawn(
         {
             return Ok(r);
         }
-        // A program in the pool: the child executes its copy (open until spawned). A
-        // failure is posix_spawn's answer, not errno.
-        // SAFETY: the caller's path.
-        let program = match unsafe { Program::of_path(path) } {
-            Ok(p) => p,
-            Err(e) => return Ok(e),
+        // A program in the pool: the child executes its copy (open until spawned), or a
+        // script's interpreter. A failure is posix_spawn's answer, not errno.
+        let caller_argv = argv as *const *const c_char;
+        // SAFETY: the caller's path, arguments and environment.
+        let launch = if unsafe { crate::route::is_ours(path) } {
+            let env = envp as *const *const c_char;
+            match unsafe { shebang::launch(libc::AT_FDCWD, path, caller_argv, env, false) } {
+                Ok(l) => l,
+                Err(e) => return Ok(e),
+            }
+        } else {
+            None
         };
-        let copy = program.as_ref().map(Program::proc_path);
-        let path = copy.as_ref().map_or(path, |c| c.as_ptr());
+        let exec_path = launch.as_ref().map(Launch::exec_path);
+        let path = exec_path.as_ref().map_or(path, |c| c.as_ptr());
+        let argv =
+            launch.as_ref().map_or(caller_argv, |l| l.argv(caller_argv)) as *const *mut c_char;
         let own = crate::cwd_env::entry();
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
-        // SAFETY: the real posix_spawn with the caller's arguments.
+        // SAFETY: the real posix_spawn with the caller's arguments, or the launch's.
         crate::inherit::passing_lock_fds(|| unsafe {
             real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
         })

@@ -24,7 +24,9 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <utime.h>
 #include <unistd.h>
 
 #define M "/mnt/engram"
@@ -985,6 +987,25 @@ static void refusals(void) {
     int rd = open(M "/src", O_RDONLY | O_NOFOLLOW);
     CHECK(rd >= 0 && (fcntl(rd, F_GETFL) & (O_NOFOLLOW | O_ACCMODE)) == O_NOFOLLOW);
     CHECK(close(rd) == 0);
+
+    section = "write to a directory descriptor";
+    int wd = open(M, O_RDONLY | O_DIRECTORY);
+    CHECK(wd >= 0 && write(wd, "x", 1) == -1 && errno == EBADF);
+    CHECK(pwrite(wd, "x", 1, 0) == -1 && errno == EBADF);
+    CHECK(close(wd) == 0);
+
+    section = "times beyond the pool's range are clamped, not refused or wrapped";
+    put(M "/times", "t");
+    struct timeval far[2] = {{16725225600LL, 0}, {16725225600LL, 0}}; /* 2500-01-01 */
+    CHECK(utimes(M "/times", far) == 0);
+    CHECK(stat(M "/times", &st) == 0 && st.st_mtime > 7258118400LL); /* after 2200 */
+    struct timespec early[2] = {{-11676096000LL, 0}, {-11676096000LL, 0}}; /* 1600-01-01 */
+    CHECK(utimensat(AT_FDCWD, M "/times", early, 0) == 0);
+    CHECK(stat(M "/times", &st) == 0 && st.st_mtime < -1000000000LL); /* before 1940 (ext4: 1901) */
+    struct utimbuf ub = {16725225600LL, 16725225600LL};
+    CHECK(utime(M "/times", &ub) == 0);
+    CHECK(stat(M "/times", &st) == 0 && st.st_mtime > 7258118400LL);
+    CHECK(unlink(M "/times") == 0);
 
     section = "fchmodat of a symlink itself";
     CHECK(symlink("src", M "/srclink") == 0);

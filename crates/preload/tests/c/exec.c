@@ -104,6 +104,101 @@ static void by_execveat_badflags(const char *prog) {
     execveat(AT_FDCWD, prog, av, environ, 0x1);
 }
 
+static void put_script(const char *path, const char *text) {
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0755);
+    CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && close(fd) == 0);
+}
+
+/* posix_spawn `prog` with `arg`; what it printed, and its exit status. */
+static int spawned(const char *prog, const char *arg, char *out, size_t size) {
+    char *av[] = {(char *)prog, (char *)arg, NULL};
+    posix_spawn_file_actions_t fa;
+    int p[2], st;
+    pid_t pid;
+    CHECK(pipe(p) == 0 && posix_spawn_file_actions_init(&fa) == 0);
+    CHECK(posix_spawn_file_actions_adddup2(&fa, p[1], 1) == 0);
+    int e = posix_spawn(&pid, prog, &fa, NULL, av, environ);
+    close(p[1]);
+    if (e != 0) {
+        close(p[0]);
+        return -e;
+    }
+    ssize_t n = read(p[0], out, size - 1);
+    out[n > 0 ? n : 0] = 0;
+    close(p[0]);
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* Scripts whose interpreter is itself in the pool (a venv's bin/python is a pool symlink):
+ * the interpreter gets the kernel's arguments (its name, its one optional argument, the
+ * script's path as run, then the caller's after the first), so $0 is the script's path. */
+static void interpreters_in_the_pool(const char *dir) {
+    char sh[512], shlink[512], s1[512], s2[512], s3[512], text[1200], out[1024], want[1200];
+    snprintf(sh, sizeof sh, "%s/sh", dir);
+    snprintf(shlink, sizeof shlink, "%s/shlink", dir);
+    copy("/bin/sh", sh, 0755);
+    CHECK(symlink("/bin/sh", shlink) == 0);
+    snprintf(s1, sizeof s1, "%s/s1", dir);
+    snprintf(text, sizeof text, "#!%s -e\necho \"1:$0|$1|$2\"\n", sh);
+    put_script(s1, text);
+    snprintf(s2, sizeof s2, "%s/s2", dir);
+    snprintf(text, sizeof text, "#! %s  \t\n. \"$(dirname \"$0\")/lib.sh\"\n", shlink);
+    put_script(s2, text);
+    snprintf(text, sizeof text, "%s/lib.sh", dir);
+    put_script(text, "echo lib $1\n");
+    snprintf(s3, sizeof s3, "%s/s3", dir);
+    snprintf(text, sizeof text, "#!%s\n", s1);
+    put_script(s3, text);
+
+    CHECK(run(by_execve, s1, out, sizeof out) == 0);
+    snprintf(want, sizeof want, "1:%s|execve|\n", s1);
+    CHECK(strcmp(out, want) == 0);
+    CHECK(run(by_execve, s2, out, sizeof out) == 0 && strcmp(out, "lib execve\n") == 0);
+    /* A script as the interpreter of another: s1 runs with s3's path as its argument. */
+    CHECK(run(by_execv, s3, out, sizeof out) == 0);
+    snprintf(want, sizeof want, "1:%s|%s|execv\n", s1, s3);
+    CHECK(strcmp(out, want) == 0);
+    /* A new environment without the shim: the interpreter (a copy) reads a copy of the
+     * script, as /dev/fd/N (the kernel gives the script's own path). */
+    CHECK(run(by_execle, s1, out, sizeof out) == 0);
+    CHECK(strncmp(out, "1:/", 3) == 0 && strstr(out, "|execle|\n"));
+    CHECK(spawned(s1, "spawned", out, sizeof out) == 0);
+    snprintf(want, sizeof want, "1:%s|spawned|\n", s1);
+    CHECK(strcmp(out, want) == 0);
+    /* Relative to the current directory, as run. */
+    char cwd[512];
+    CHECK(getcwd(cwd, sizeof cwd) && chdir(dir) == 0);
+    CHECK(run(by_execve, "./s1", out, sizeof out) == 0 && strcmp(out, "1:./s1|execve|\n") == 0);
+    CHECK(chdir(cwd) == 0);
+
+    /* Five scripts in a chain run; a sixth is ELOOP, as the kernel has it. */
+    char link[6][512];
+    for (int i = 0; i < 6; i++) {
+        snprintf(link[i], sizeof link[i], "%s/chain%d", dir, i);
+        if (i == 0)
+            snprintf(text, sizeof text, "#!%s\necho chain \"$0\"\n", sh);
+        else
+            snprintf(text, sizeof text, "#!%s\n", link[i - 1]);
+        put_script(link[i], text);
+    }
+    CHECK(run(by_execve, link[4], out, sizeof out) == 0);
+    snprintf(want, sizeof want, "chain %s\n", link[0]);
+    CHECK(strcmp(out, want) == 0);
+    CHECK(run(by_execve, link[5], out, sizeof out) == 99 && strstr(out, "symbolic links"));
+
+    /* An interpreter that is not there, or not a program. */
+    snprintf(text, sizeof text, "#!%s/no-such-interpreter\n", dir);
+    put_script(s3, text);
+    CHECK(run(by_execve, s3, out, sizeof out) == 99 && strstr(out, "No such file"));
+    snprintf(text, sizeof text, "#!%s\n", dir);
+    put_script(s3, text);
+    CHECK(run(by_execve, s3, out, sizeof out) == 13);
+    CHECK(spawned(s3, "x", out, sizeof out) == -EACCES);
+    put_script(s3, "#!\n");
+    CHECK(run(by_execv, s3, out, sizeof out) == 99 && strstr(out, "Exec format error"));
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     char script[512], binary[512], plain[512], out[256];
@@ -195,6 +290,8 @@ int main(int argc, char **argv) {
         CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
         CHECK(run(by_execvp, "true", out, sizeof out) == 0);
     }
+
+    interpreters_in_the_pool(argv[1]);
 
     pid_t pid;
     char *av[] = {binary, NULL};
