@@ -285,6 +285,12 @@ fn worker_entry() {
     if role == "serve" {
         return posted::serve_worker();
     }
+    if role == "serve-as-nobody" {
+        return mapped::serve_as_nobody();
+    }
+    if role == "nobody-maps" {
+        return mapped::nobody_maps();
+    }
     let fs = Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()).unwrap();
     let arg = std::env::var("ENGRAM_ARG").unwrap_or_default();
     match role.as_str() {

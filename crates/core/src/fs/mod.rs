@@ -410,7 +410,10 @@ impl Fs {
     /// then writes their bytes into the mappings' backing file too). Giving up is posted.
     pub fn set_mapped(&self, target: Handle, on: bool) -> Result<()> {
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).mapped(IN_PROCESS_CLIENT, target, on).map(drop),
+            // The server's own process makes the backing files: it can always tend them.
+            Transport::InProcess(m) => lock(m)
+                .mapped(IN_PROCESS_CLIENT, None, target, on)
+                .map(drop),
             Transport::Remote(r) if on => r.call(&Request::Mapped { target, on }).map(drop),
             Transport::Remote(r) => r.post(&Request::Mapped { target, on }),
         }

@@ -5,6 +5,7 @@ use super::backing::Settled;
 use super::{ClientId, Server};
 use crate::error::{Error, Result};
 use crate::fasthash::FastMap;
+use crate::perm::Creds;
 use crate::request::{Handle, Response};
 
 /// Inodes one client may count as mapped at once (a forged client can only make other
@@ -25,11 +26,33 @@ pub(super) struct Mappings {
 }
 
 impl Server {
+    /// ENODEV unless this server can tend the backing files of a client running as
+    /// `creds`: write them back and remove them (`server/backing.rs`). The client makes
+    /// its backing file, 0600 in the sticky /dev/shm: a server of another user (not root)
+    /// could neither read nor remove it, and a file left marked current would later be
+    /// written back over newer writes. Such a client's shared mappings are refused
+    /// instead, before it makes one.
+    fn may_tend_backing_of(&self, creds: &Creds) -> Result<()> {
+        if self.euid == 0 || creds.uid == self.euid {
+            return Ok(());
+        }
+        Err(Error::with_msg(
+            libc::ENODEV,
+            format!(
+                "shared mappings of files open for writing are refused to uid {}: the daemon \
+                 runs as uid {} and could not write back or remove their mapping files \
+                 (run the daemon as root or as that user)",
+                creds.uid, self.euid
+            ),
+        ))
+    }
+
     /// `Request::Mapped`: `client` maps `target` shared (it must hold it open), or gave
-    /// one such mapping up.
+    /// one such mapping up. `creds`: the client's, when it is another process.
     pub(crate) fn mapped(
         &mut self,
         client: ClientId,
+        creds: Option<&Creds>,
         target: Handle,
         on: bool,
     ) -> Result<Response> {
@@ -39,6 +62,9 @@ impl Server {
         }
         if on {
             self.check_handle(target)?;
+            if let Some(c) = creds {
+                self.may_tend_backing_of(c)?;
+            }
             if !self.holds_open(client, target.ino) {
                 return Err(Error::EBADF);
             }

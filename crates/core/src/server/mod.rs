@@ -112,6 +112,9 @@ pub struct Server {
     mapped_writes: FastMap<u64, std::time::Instant>,
     /// `fs.protected_hardlinks` (`perm::check_link_source`).
     protected_hardlinks: bool,
+    /// The user this process runs as: the owner of the side files it makes, and the one
+    /// whose backing files it can write back and remove (any, as root).
+    euid: u32,
 }
 
 impl Server {
@@ -156,6 +159,8 @@ impl Server {
             retries_driven: false,
             mapped_writes: FastMap::default(),
             protected_hardlinks: crate::perm::hardlinks_protected(),
+            // SAFETY: geteuid has no failure.
+            euid: unsafe { libc::geteuid() },
         }
     }
 
@@ -267,7 +272,7 @@ impl Server {
                 .map(|()| Response::Done),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
-            Request::Mapped { target, on } => self.mapped(client, target, on),
+            Request::Mapped { target, on } => self.mapped(client, Some(creds), target, on),
             Request::Fsck { repair } => Ok(Response::Fsck(self.fsck(repair)?)),
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Statfs => Ok(Response::StatFs(self.statfs())),

@@ -4,6 +4,7 @@
 
 use super::{Daemon, spawn_worker};
 use engram_core::{Fs, OpenOptions};
+use std::time::Duration;
 
 #[test]
 fn the_mapped_bit_follows_every_clients_mappings() {
@@ -141,4 +142,83 @@ fn a_dead_clients_stores_wait_for_a_write_in_flight() {
         !std::path::Path::new(&name).exists(),
         "the backing file was left"
     );
+}
+
+/// Worker role "serve-as-nobody": serves pool ENGRAM_ARG on ENGRAM_SOCKET as uid 65534.
+pub fn serve_as_nobody() {
+    // SAFETY: dropping privileges in this child process before it does anything else.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setgid(65534), 0);
+        assert_eq!(libc::setuid(65534), 0);
+    }
+    super::posted::serve_worker();
+}
+
+/// A client makes its mappings' backing file itself, 0600 in the sticky /dev/shm. A daemon
+/// of another user (not root) could neither write it back nor remove it, and a file left
+/// marked current was later written back over newer writes (found by probing: SQLite with
+/// `mmap_size` lost rows when root's processes joined a daemon postgres had started). Such
+/// a client's shared mappings are refused (ENODEV, before it makes a file); the daemon's
+/// own user maps as before.
+#[test]
+fn a_daemon_of_another_user_refuses_shared_mappings_it_could_not_tend() {
+    // SAFETY: reading our own effective uid.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a daemon as another user");
+        return;
+    }
+    let id = std::process::id();
+    let pool = format!("/dev/shm/engram-daemon-{id}-nobody-serves.pool");
+    let socket = std::path::PathBuf::from(format!("/tmp/engram-daemon-{id}-nobody-serves.sock"));
+    let _ = std::fs::remove_file(&socket);
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    std::os::unix::fs::chown(&pool, Some(65534), Some(65534)).unwrap();
+    let mut daemon = spawn_worker("serve-as-nobody", &socket, &pool);
+    let fs = (0..500)
+        .find_map(|_| {
+            Fs::connect(&socket).ok().or_else(|| {
+                std::thread::sleep(Duration::from_millis(10));
+                None
+            })
+        })
+        .expect("the daemon serves");
+    fs.write_file("/f", b"x").unwrap();
+    let f = fs
+        .open_file("/f", &OpenOptions::new().read(true).write(true))
+        .unwrap();
+    let e = fs.set_mapped(f.handle(), true).unwrap_err();
+    assert_eq!(e.errno(), libc::ENODEV, "{e}");
+    assert!(!fs.mapped_anywhere(f.handle().ino));
+    // The daemon's own user: counted as before.
+    fs.chmod("/", 0o777).unwrap();
+    let status = spawn_worker("nobody-maps", &socket, "").wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(20),
+        "the daemon's own user could not map"
+    );
+    drop((f, fs));
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = std::fs::remove_file(&pool);
+    let _ = std::fs::remove_file(&socket);
+}
+
+/// Worker role "nobody-maps": as uid 65534, makes a file and counts a mapping of it;
+/// exit 20 when the daemon took it.
+pub fn nobody_maps() {
+    // SAFETY: dropping privileges in this child process before it does anything else.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setgid(65534), 0);
+        assert_eq!(libc::setuid(65534), 0);
+    }
+    let fs = Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()).unwrap();
+    fs.write_file("/mine", b"n").unwrap();
+    let f = fs
+        .open_file("/mine", &OpenOptions::new().read(true).write(true))
+        .unwrap();
+    let taken = fs.set_mapped(f.handle(), true).is_ok() && fs.mapped_anywhere(f.handle().ino);
+    std::process::exit(if taken { 20 } else { 1 });
 }
