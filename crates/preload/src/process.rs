@@ -98,12 +98,25 @@ pub unsafe extern "C" fn execve(
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execve with the caller's path and arguments, or what the pool
         // path launches.
-        replacing_image(|| unsafe {
+        let r = replacing_image(|| unsafe {
             match &launch {
                 Some(l) => launched(l, argv, env.as_ptr()),
                 None => real::execve(path, argv, env.as_ptr()),
             }
-        })
+        });
+        if launch.is_none() && crate::util::errno() == libc::ENOENT {
+            // A script outside the pool whose interpreter is in it, which the kernel could
+            // not find: looked at only once the kernel failed, so other execs cost nothing.
+            // SAFETY: the caller's path, arguments and environment.
+            if let Ok(Some(l)) = unsafe { shebang::outside_script(path, argv, envp) } {
+                // SAFETY: what the interpreter in the pool launches.
+                return Ok(replacing_image(|| unsafe {
+                    launched(&l, argv, env.as_ptr())
+                }));
+            }
+            crate::util::set_errno(libc::ENOENT);
+        }
+        r
     })
 }
 

@@ -68,19 +68,90 @@ pub unsafe fn launch(
     envp: *const *const c_char,
     nofollow: bool,
 ) -> Res<Option<Launch>> {
-    // SAFETY: the caller's C string and environment.
-    let (path, shim) = unsafe { (CStr::from_ptr(path).to_owned(), loads_shim(envp)) };
-    let (mut dirfd, mut target, mut nofollow) = (dirfd, path, nofollow);
-    let mut args: Option<Vec<CString>> = None;
+    // SAFETY: the caller's C string, arguments and environment.
+    unsafe {
+        let start = Start {
+            dirfd,
+            target: CStr::from_ptr(path).to_owned(),
+            nofollow,
+            args: None,
+            depth: 0,
+        };
+        resolve(start, argv, loads_shim(envp)).map(Some)
+    }
+}
+
+/// After the kernel could not run `path`, a file outside the pool (ENOENT: a script's
+/// interpreter it did not find): if it is a script whose interpreter is in the pool, what
+/// that interpreter launches with the script. None otherwise (the kernel's error stands).
+///
+/// # Safety
+/// As for `launch`.
+pub unsafe fn outside_script(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> Res<Option<Launch>> {
+    // SAFETY: the caller's C string.
+    let target = unsafe { CStr::from_ptr(path) }.to_owned();
+    // SAFETY: a C string of ours.
+    let head = unsafe { Opened::program(libc::AT_FDCWD, &target, false) }?.head()?;
+    let Some((interpreter, arg)) = head
+        .starts_with(b"#!")
+        .then(|| interpreter_line(&head))
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    // SAFETY: a C string of ours.
+    if !unsafe { crate::route::is_ours(interpreter.as_ptr()) } {
+        return Ok(None);
+    }
+    // The interpreter reads a real script by its path, with the shim or without.
+    // SAFETY: the caller's argument array.
+    let args = unsafe { interpreter_args(&interpreter, arg, target, None, argv) };
+    let start = Start {
+        dirfd: libc::AT_FDCWD,
+        target: interpreter,
+        nofollow: false,
+        args: Some(args),
+        depth: 1,
+    };
+    // SAFETY: the caller's arguments and environment.
+    unsafe { resolve(start, argv, loads_shim(envp)).map(Some) }
+}
+
+/// Where `resolve` starts: a pool program to open, the arguments scripts before it made,
+/// and how many there were.
+struct Start {
+    dirfd: c_int,
+    target: CString,
+    nofollow: bool,
+    args: Option<Vec<CString>>,
+    depth: usize,
+}
+
+/// Follow a pool program through its scripts' interpreters to a binary (copied) or an
+/// interpreter outside the pool. `shim`: the new program loads the shim.
+///
+/// # Safety
+/// `argv` is null or the caller's NULL-terminated array.
+unsafe fn resolve(start: Start, argv: *const *const c_char, shim: bool) -> Res<Launch> {
+    let Start {
+        mut dirfd,
+        mut target,
+        mut nofollow,
+        mut args,
+        mut depth,
+    } = start;
     let mut scripts = Vec::new();
-    let mut depth = 0;
     loop {
         // SAFETY: a C string of ours.
         let opened = unsafe { Opened::program(dirfd, &target, nofollow) }?;
         let head = opened.head()?;
         if !head.starts_with(b"#!") {
             let program = Program::copy(opened.0)?;
-            return Ok(Some(Launch::new(Some(program), target, args, scripts)));
+            return Ok(Launch::new(Some(program), target, args, scripts));
         }
         if depth == MAX_SCRIPTS {
             return Err(libc::ELOOP);
@@ -95,22 +166,39 @@ pub unsafe fn launch(
             CString::new(name).expect("no NUL in digits")
         };
         drop(opened);
-        let mut next = vec![interpreter.clone()];
-        next.extend(arg);
-        next.push(script);
-        match args {
-            Some(prev) => next.extend(prev.into_iter().skip(1)),
-            // SAFETY: the caller's argument array.
-            None => next.extend(unsafe { caller_args_after_first(argv) }),
-        }
-        args = Some(next);
+        // SAFETY: the caller's argument array.
+        args = Some(unsafe { interpreter_args(&interpreter, arg, script, args, argv) });
         (dirfd, target, nofollow) = (libc::AT_FDCWD, interpreter, false);
         // SAFETY: a C string of ours.
         if !unsafe { crate::route::is_ours(target.as_ptr()) } {
-            return Ok(Some(Launch::new(None, target, args, scripts)));
+            return Ok(Launch::new(None, target, args, scripts));
         }
         depth += 1;
     }
+}
+
+/// The arguments the kernel gives a script's interpreter: its name, its optional
+/// argument, the script's path, then the arguments after the first of the script's own
+/// (`prev`, made by an outer script, or the caller's `argv`).
+///
+/// # Safety
+/// `argv` is null or the caller's NULL-terminated array.
+unsafe fn interpreter_args(
+    interpreter: &CString,
+    arg: Option<CString>,
+    script: CString,
+    prev: Option<Vec<CString>>,
+    argv: *const *const c_char,
+) -> Vec<CString> {
+    let mut next = vec![interpreter.clone()];
+    next.extend(arg);
+    next.push(script);
+    match prev {
+        Some(prev) => next.extend(prev.into_iter().skip(1)),
+        // SAFETY: the caller's argument array.
+        None => next.extend(unsafe { caller_args_after_first(argv) }),
+    }
+    next
 }
 
 /// The path the interpreter reads a script by: as it was run; relative to a descriptor,

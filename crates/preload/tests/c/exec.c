@@ -172,6 +172,19 @@ static void interpreters_in_the_pool(const char *dir) {
     CHECK(run(by_execve, "./s1", out, sizeof out) == 0 && strcmp(out, "1:./s1|execve|\n") == 0);
     CHECK(chdir(cwd) == 0);
 
+    /* A script outside the pool whose interpreter is in it. */
+    char outside[128];
+    snprintf(outside, sizeof outside, "/tmp/engram-exec-outside-%d", (int)getpid());
+    snprintf(text, sizeof text, "#!%s\necho outside \"$0\" \"$1\"\n", sh);
+    put_script(outside, text);
+    CHECK(run(by_execve, outside, out, sizeof out) == 0);
+    snprintf(want, sizeof want, "outside %s execve\n", outside);
+    CHECK(strcmp(out, want) == 0);
+    snprintf(text, sizeof text, "#!%s/no-such-interpreter\n", dir);
+    put_script(outside, text);
+    CHECK(run(by_execve, outside, out, sizeof out) == 99 && strstr(out, "No such file"));
+    CHECK(unlink(outside) == 0);
+
     /* Five scripts in a chain run; a sixth is ELOOP, as the kernel has it. */
     char link[6][512];
     for (int i = 0; i < 6; i++) {
