@@ -180,6 +180,15 @@ fn mapped_stores_of_a_client_that_died_reach_the_file() {
     p.fsck();
 }
 
+/// Readers that map a file again and again while another process writes it never see
+/// older data, and the file keeps every write (tests/c/mapremap.c; found by probing:
+/// a first mapper of a backing file nobody held wrote it back into the file, reverting
+/// writes whose copies had not landed yet, 5 runs of 5 before the fix).
+#[test]
+fn mappings_made_again_never_show_or_bring_back_older_data() {
+    c_program_via_daemon_with("mapremap", "MAPREMAP-OK", false, &["40000"]);
+}
+
 /// A child forked while another thread spawns (the lock files are inheritable for that
 /// moment) gives the flock of a description it closed back when it execs
 /// (tests/c/forkrace.c).
