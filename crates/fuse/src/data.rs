@@ -73,10 +73,28 @@ impl EngramFuse {
         let Ok(offset) = u64::try_from(offset) else {
             return Err(Error::from_errno(libc::ENXIO));
         };
+        if !matches!(whence, libc::SEEK_DATA | libc::SEEK_HOLE) {
+            return Err(Error::EINVAL);
+        }
+        if self.open_for_writing(f.ino()) {
+            // A shared writable mapping's stores sit in the kernel's page cache until it
+            // writes them back, and it does not before asking: a hole here may hold them
+            // (cp, which skips holes, lost such a store). While a handle may write, which
+            // a mapping keeps open until its unmap writes its pages back, the whole file
+            // is data, as Linux's generic answer has it.
+            let size = f.metadata()?.size;
+            if offset >= size {
+                return Err(Error::from_errno(libc::ENXIO));
+            }
+            return Ok(if whence == libc::SEEK_DATA {
+                offset
+            } else {
+                size
+            } as i64);
+        }
         let at = match whence {
             libc::SEEK_DATA => f.seek_data(offset)?,
-            libc::SEEK_HOLE => f.seek_hole(offset)?,
-            _ => return Err(Error::EINVAL),
+            _ => f.seek_hole(offset)?,
         };
         Ok(at as i64)
     }

@@ -218,6 +218,13 @@ impl EngramFuse {
         lock(&self.files).get(&fh).cloned().ok_or(Error::EBADF)
     }
 
+    /// Whether some handle of inode `ino` is open for writing.
+    pub(crate) fn open_for_writing(&self, ino: u64) -> bool {
+        lock(&self.files)
+            .values()
+            .any(|f| f.ino() == ino && f.options().write)
+    }
+
     /// Forget a file handle; the file closes when its last in-flight request ends.
     pub(crate) fn remove_file(&self, fh: u64) {
         let f = lock(&self.files).remove(&fh);

@@ -152,7 +152,8 @@ fn syscalls_through_the_mount() {
     assert!(got == want, "the zeroed range reads as zeros");
     drop(f);
 
-    // SEEK_DATA/SEEK_HOLE: data in pages 0 and 12 of a 100,000-byte file, as on tmpfs.
+    // SEEK_DATA/SEEK_HOLE: data in pages 0, 4 (stored through a mapping) and 12 of a
+    // 100,000-byte file, as on tmpfs.
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -162,16 +163,43 @@ fn syscalls_through_the_mount() {
     f.write_all_at(b"head", 0).unwrap();
     f.set_len(100_000).unwrap();
     f.write_all_at(b"z", 50_000).unwrap();
-    let seek = |off: i64, whence: i32| {
+    let seek = |f: &File, off: i64, whence: i32| {
         // SAFETY: lseek on a descriptor we own.
         let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
         if r < 0 { -(err(-1) as i64) } else { r }
     };
-    assert_eq!(seek(0, libc::SEEK_HOLE), 4096);
-    assert_eq!(seek(5000, libc::SEEK_DATA), 49152);
-    assert_eq!(seek(49152, libc::SEEK_HOLE), 53248);
-    assert_eq!(seek(60000, libc::SEEK_DATA), -(libc::ENXIO as i64));
-    assert_eq!(seek(60000, libc::SEEK_HOLE), 60000);
+    // While a handle may write (a shared mapping keeps one), stores may sit in the
+    // kernel's page cache: the whole file is data, as Linux's generic answer.
+    // SAFETY: a shared mapping of a descriptor we own, stored into and unmapped below.
+    unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            100_000,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        *(m as *mut u8).add(20_000) = b'x';
+        assert_eq!(seek(&f, 5000, libc::SEEK_DATA), 5000);
+        assert_eq!(seek(&f, 0, libc::SEEK_HOLE), 100_000);
+        assert_eq!(seek(&f, 100_000, libc::SEEK_DATA), -(libc::ENXIO as i64));
+        assert_eq!(libc::munmap(m, 100_000), 0);
+    }
+    drop(f);
+    let f = File::open(d.join("sparse")).unwrap();
+    assert_eq!(seek(&f, 0, libc::SEEK_HOLE), 4096);
+    assert_eq!(
+        seek(&f, 5000, libc::SEEK_DATA),
+        16384,
+        "the store through the mapping"
+    );
+    assert_eq!(seek(&f, 16384, libc::SEEK_HOLE), 20480);
+    assert_eq!(seek(&f, 20480, libc::SEEK_DATA), 49152);
+    assert_eq!(seek(&f, 49152, libc::SEEK_HOLE), 53248);
+    assert_eq!(seek(&f, 60000, libc::SEEK_DATA), -(libc::ENXIO as i64));
+    assert_eq!(seek(&f, 60000, libc::SEEK_HOLE), 60000);
     drop(f);
 
     // copy_file_range inside the mount, at unaligned offsets.
