@@ -408,3 +408,39 @@ fn readahead_kb(dir: &Path) -> Option<String> {
     let kb = std::fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).ok()?;
     Some(kb.trim().to_string())
 }
+
+/// The fsx-style checker of the shim's tests (crates/preload/tests/c/fsx.c) on a mount:
+/// random I/O of every kind against a model of the file, then with a mapping kept open
+/// (its stores reach the engine through the kernel's page cache).
+#[test]
+fn random_io_matches_a_model_of_the_file_on_a_mount() {
+    if std::process::Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: gcc is not installed");
+        return;
+    }
+    let s = Scratch::new("fsx");
+    let Some(m) = s.mount(&MountOptions::default()) else {
+        return;
+    };
+    let exe = s.dir("bin").join("fsx");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../preload/tests/c/fsx.c");
+    let built = std::process::Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(built.success(), "gcc failed on {}", src.display());
+    let mnt = m.mount_point();
+    sh(
+        mnt,
+        &format!(
+            "'{e}' -q plain 2 10000 && '{e}' -q -M mapped 32 5000",
+            e = exe.display()
+        ),
+    );
+}

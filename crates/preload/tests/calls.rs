@@ -189,6 +189,31 @@ fn mappings_made_again_never_show_or_bring_back_older_data() {
     c_program_via_daemon_with("mapremap", "MAPREMAP-OK", false, &["40000"]);
 }
 
+/// An fsx-style checker (tests/c/fsx.c) keeps a model of a file's bytes and size through
+/// random reads, writes, vectored I/O, O_APPEND writes through a second descriptor,
+/// truncates, fallocate's modes, copy_file_range, SEEK_DATA/SEEK_HOLE, reopens and
+/// mappings, and compares every read (and the whole file every 1,000 operations); then
+/// again with a mapping kept open for the whole run, every store through it synced.
+#[test]
+fn random_io_matches_a_model_of_the_file() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("fsx", 256);
+    let exe = common::compile_c("fsx", &p.scratch);
+    let exe = exe.display();
+    let m = common::MOUNT;
+    let out = p.sh(&format!(
+        "{exe} -q {m}/plain 1 10000 && echo FSX-PLAIN-OK; \
+         {exe} -q -M -Y {m}/mapped 31 5000 && echo FSX-MAPPED-OK"
+    ));
+    assert!(
+        out.contains("FSX-PLAIN-OK") && out.contains("FSX-MAPPED-OK"),
+        "{out}"
+    );
+    p.fsck();
+}
+
 /// A child forked while another thread spawns (the lock files are inheritable for that
 /// moment) gives the flock of a description it closed back when it execs
 /// (tests/c/forkrace.c).
