@@ -50,39 +50,90 @@ pub fn write_any(fd: c_int, b: &[u8], off: Option<u64>) -> Res<usize> {
     }
 }
 
-/// Copy `len` bytes between any two descriptors with reads and writes.
+/// Copy `len` bytes between any two descriptors with reads and writes. The input is read
+/// at explicit places, and its offset (the caller's, or the descriptor's own) moves by what
+/// reached the output only: a write that fails after some bytes went (EAGAIN on a
+/// non-blocking socket, ENOSPC) ends the call with the count so far, as Linux's sendfile
+/// and copy_file_range answer. (Before 2026-11-26 such a call failed having sent bytes and
+/// moved the input's own offset by a whole chunk: nginx with `sendfile on` sent files over
+/// 1 MiB with bytes repeated and the end missing.)
 fn copy(
     fin: c_int,
-    mut oin: Option<&mut u64>,
+    oin: Option<&mut u64>,
     fout: c_int,
-    mut oout: Option<&mut u64>,
+    oout: Option<&mut u64>,
     len: usize,
 ) -> Res<ssize_t> {
+    // An input that cannot seek (a pipe) is read where it is, as before.
+    let start = match oin.as_deref() {
+        Some(&o) => Some(o),
+        None => position(fin),
+    };
+    let out_start = oout.as_deref().copied();
     let mut buf = vec![0u8; len.min(1 << 20)];
     let mut done = 0usize;
-    while done < len {
-        let want = (len - done).min(buf.len());
-        let n = read_any(fin, &mut buf[..want], oin.as_deref().copied())?;
-        if n == 0 {
-            break;
+    let ended = 'chunks: loop {
+        if done >= len {
+            break Ok(());
         }
+        let want = (len - done).min(buf.len());
+        let n = match read_any(fin, &mut buf[..want], start.map(|s| s + done as u64)) {
+            Ok(0) => break Ok(()),
+            Ok(n) => n,
+            Err(e) => break Err(e),
+        };
         let mut w = 0;
         while w < n {
-            let k = write_any(fout, &buf[w..n], oout.as_deref().map(|o| *o + w as u64))?;
-            if k == 0 {
-                return Err(libc::EIO);
+            let at = out_start.map(|o| o + (done + w) as u64);
+            match write_any(fout, &buf[w..n], at) {
+                Ok(0) => {
+                    done += w;
+                    break 'chunks Err(libc::EIO);
+                }
+                Ok(k) => w += k,
+                Err(e) => {
+                    done += w;
+                    break 'chunks Err(e);
+                }
             }
-            w += k;
-        }
-        if let Some(o) = oin.as_deref_mut() {
-            *o += n as u64;
-        }
-        if let Some(o) = oout.as_deref_mut() {
-            *o += n as u64;
         }
         done += n;
+    };
+    match (oin, start) {
+        (Some(o), _) => *o += done as u64,
+        (None, Some(s)) => set_position(fin, s + done as u64)?,
+        (None, None) => {}
     }
-    Ok(done as ssize_t)
+    if let Some(o) = oout {
+        *o += done as u64;
+    }
+    match ended {
+        Err(e) if done == 0 => Err(e),
+        _ => Ok(done as ssize_t),
+    }
+}
+
+/// The file offset of descriptor `fd` (ours or the kernel's); None if it cannot seek.
+fn position(fd: c_int) -> Option<u64> {
+    let at = match table::get(fd) {
+        Some(of) => crate::io::lseek_of(&of, 0, libc::SEEK_CUR).ok()?,
+        // SAFETY: lseek on the caller's descriptor, which reads its offset.
+        None => unsafe { real::lseek(fd, 0, libc::SEEK_CUR) },
+    };
+    u64::try_from(at).ok()
+}
+
+/// Set the file offset of descriptor `fd` (ours or the kernel's) to `at`.
+fn set_position(fd: c_int, at: u64) -> Res<()> {
+    let at = off_t::try_from(at).map_err(|_| libc::EOVERFLOW)?;
+    match table::get(fd) {
+        Some(of) => crate::io::lseek_of(&of, at, libc::SEEK_SET).map(drop),
+        // SAFETY: lseek on the caller's descriptor.
+        None => match unsafe { real::lseek(fd, at, libc::SEEK_SET) } {
+            -1 => Err(crate::util::errno()),
+            _ => Ok(()),
+        },
+    }
 }
 
 /// Whether `fd` (ours or the kernel's) was opened for appending: copy_file_range

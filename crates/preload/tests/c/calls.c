@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -1023,6 +1024,43 @@ static void refusals(void) {
     CHECK(utime(M "/times", &ub) == 0);
     CHECK(stat(M "/times", &st) == 0 && st.st_mtime > 7258118400LL);
     CHECK(unlink(M "/times") == 0);
+
+    section = "sendfile into a non-blocking socket that fills";
+    {
+        size_t size = 3 << 20;
+        unsigned char *data = malloc(size), *got = malloc(size);
+        CHECK(data && got);
+        for (size_t i = 0; i < size; i++) data[i] = (unsigned char)(i * 7 + i / 4096);
+        int f = open(M "/sendsrc", O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(f >= 0 && write(f, data, size) == (ssize_t)size && lseek(f, 0, SEEK_SET) == 0);
+        int sv[2];
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+        CHECK(fcntl(sv[0], F_SETFL, O_NONBLOCK) == 0 && fcntl(sv[1], F_SETFL, O_NONBLOCK) == 0);
+        /* Each call sends what the socket takes and says so; the file offset (NULL) and the
+         * caller's offset move by exactly that, so the bytes arrive once, in order. */
+        size_t have = 0, sent = 0;
+        for (int round = 0; have < size; round++) {
+            int by_pointer = round % 2;
+            off_t off = (off_t)sent;
+            CHECK(lseek(f, (off_t)sent, SEEK_SET) == (off_t)sent);
+            ssize_t r = by_pointer ? sendfile(sv[0], f, &off, size - sent)
+                                   : sendfile(sv[0], f, NULL, size - sent);
+            CHECK(r > 0 || (r == -1 && errno == EAGAIN));
+            size_t before = sent;
+            if (r > 0) sent += (size_t)r;
+            if (by_pointer)
+                CHECK(off == (off_t)sent && lseek(f, 0, SEEK_CUR) == (off_t)before);
+            else
+                CHECK(lseek(f, 0, SEEK_CUR) == (off_t)sent);
+            ssize_t k;
+            while ((k = read(sv[1], got + have, size - have)) > 0) have += (size_t)k;
+            CHECK(have == sent);
+        }
+        CHECK(memcmp(got, data, size) == 0);
+        CHECK(close(sv[0]) == 0 && close(sv[1]) == 0 && close(f) == 0 && unlink(M "/sendsrc") == 0);
+        free(data);
+        free(got);
+    }
 
     section = "fchmodat of a symlink itself";
     CHECK(symlink("src", M "/srclink") == 0);
