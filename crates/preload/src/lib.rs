@@ -22,6 +22,7 @@
 #![allow(clippy::macro_metavars_in_unsafe)]
 
 pub mod attrs;
+pub mod creds;
 pub mod cwd;
 pub mod cwd_env;
 pub mod desc;

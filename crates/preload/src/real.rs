@@ -288,6 +288,15 @@ reals! {
     fn fputws(s: *const wchar_t, f: *mut FILE) -> c_int;
     fn fputws_unlocked(s: *const wchar_t, f: *mut FILE) -> c_int;
     fn fork() -> pid_t;
+    fn setuid(uid: libc::uid_t) -> c_int;
+    fn setgid(gid: libc::gid_t) -> c_int;
+    fn seteuid(uid: libc::uid_t) -> c_int;
+    fn setegid(gid: libc::gid_t) -> c_int;
+    fn setreuid(r: libc::uid_t, e: libc::uid_t) -> c_int;
+    fn setregid(r: libc::gid_t, e: libc::gid_t) -> c_int;
+    fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t) -> c_int;
+    fn setresgid(r: libc::gid_t, e: libc::gid_t, s: libc::gid_t) -> c_int;
+    fn setgroups(n: size_t, list: *const libc::gid_t) -> c_int;
     fn wait(status: *mut c_int) -> pid_t;
     fn waitpid(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t;
     fn wait3(status: *mut c_int, options: c_int, usage: *mut c_void) -> pid_t;

@@ -182,6 +182,47 @@ fn connect_slow() -> Res<&'static Conn> {
     }
 }
 
+/// Whether this process reaches the pool through a daemon (or its parent did, before the
+/// fork that made it), without connecting.
+pub fn uses_daemon() -> bool {
+    state().mode == Mode::Daemon
+}
+
+/// The process changed its credentials (`creds.rs`): the connection acts as its current
+/// ones from now on, in the daemon's checks and in the shim's own, with the same epoch, so
+/// that every description stays bound and keeps its access. Not connected: nothing to do
+/// (a connection made later is the new credentials' from the start). A daemon that
+/// refuses (a client that did not connect as root changing them) is said once; the
+/// process then goes on with the credentials it connected with.
+pub fn adopt_current_creds() {
+    let Some(c) = connected() else {
+        return;
+    };
+    let creds = engram_core::Creds::current();
+    if c.fs.creds() == &creds {
+        return;
+    }
+    let _op = op();
+    let mut s = state();
+    let fs = match c.fs.with_own_creds(creds.clone()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            warn(&format!(
+                "the daemon keeps checking this process as uid {}: {e}",
+                c.fs.creds().uid
+            ));
+            return;
+        }
+    };
+    let next: &'static Conn = Box::leak(Box::new(Conn {
+        fs,
+        inside: c.inside.with_creds(creds),
+        pool_id: c.pool_id,
+    }));
+    s.fs = Some(next);
+    FAST.store(next as *const Conn as *mut Conn, Ordering::Release);
+}
+
 /// The number naming the pool's side files (`sidefiles::pool_id`), connecting first: an
 /// image that inherited a description may lock or map it before any other call, and
 /// unconnected the number is 0, which names other files than every other process's.

@@ -470,6 +470,16 @@ pub fn lock_for_fork() {
     open_lock_fds_locked();
 }
 
+/// Bind every description to this process's connection, opening it again by handle where
+/// it has not been yet (inherited across fork): before a change of credentials, so that
+/// each keeps the access it was opened with (`creds.rs`).
+pub fn bind_all() {
+    let _g = LOCK.read();
+    each_description(|of| {
+        let _ = of.with_file(|_| Ok(()));
+    });
+}
+
 /// Every description in the table, once each (the caller holds `LOCK`).
 fn each_description(mut f: impl FnMut(&OpenFile)) {
     let end = END.load(Ordering::Acquire).min(MAX_FDS);

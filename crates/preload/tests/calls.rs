@@ -214,6 +214,21 @@ fn random_io_matches_a_model_of_the_file() {
     p.fsck();
 }
 
+/// A process that changes its credentials (setuid, seteuid, setgroups…) keeps its
+/// descriptors' access and is checked as its new self: a forked child dropping to nobody
+/// writes to its parent's log and cannot read root's file (tests/c/setids.c; found by
+/// probing nginx: the daemon went on checking as root, and a worker that dropped before
+/// its first call was refused by the daemon).
+#[test]
+fn a_process_that_changes_its_credentials_is_checked_as_its_new_self() {
+    // SAFETY: reading our own effective uid.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to change credentials");
+        return;
+    }
+    c_program_via_daemon("setids", "SETIDS-OK", false);
+}
+
 /// A child forked while another thread spawns (the lock files are inheritable for that
 /// moment) gives the flock of a description it closed back when it execs
 /// (tests/c/forkrace.c).

@@ -527,7 +527,10 @@ fn serve_slots(
             }
             let result = request.and_then(|req| {
                 kind = req.kind();
-                server.handle(c.id, &c.creds, req)
+                match req {
+                    Request::SetCreds { creds } => c.set_creds(creds),
+                    req => server.handle(c.id, &c.creds, req),
+                }
             });
             if let Err(e) = &result
                 && !is_ordinary_answer(kind, e.errno())

@@ -322,6 +322,19 @@ impl Fs {
         &self.creds
     }
 
+    /// This process changed its credentials (setuid, setgroups, …): the pool acting as
+    /// `creds` from now on, also in the daemon's checks (`Request::SetCreds`, which only a
+    /// client connected as root may make; EPERM otherwise). Files open before keep the
+    /// access they were opened with, as on Linux.
+    pub fn with_own_creds(&self, creds: Creds) -> Result<Fs> {
+        if let Transport::Remote(r) = &self.core.transport {
+            r.call(&Request::SetCreds {
+                creds: creds.clone(),
+            })?;
+        }
+        Ok(self.with_creds(creds))
+    }
+
     /// The same pool acting as other credentials (for permission checks).
     pub fn with_creds(&self, creds: Creds) -> Fs {
         Fs {

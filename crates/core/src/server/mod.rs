@@ -280,6 +280,9 @@ impl Server {
             // The daemon answers it itself once the process's clients are disconnected;
             // here there are none.
             Request::Gone { .. } => Ok(Response::Done),
+            // In-process the `Fs` carries the credentials; the daemon answers this itself
+            // (`daemon/serve.rs`).
+            Request::SetCreds { .. } => Ok(Response::Done),
         }
     }
 

@@ -177,8 +177,15 @@ pub(crate) fn nobody_worker() {
     let owner = fs.stat("/open/mine").map(|m| m.uid).ok();
     let no_write = forged::nobody_may_not_write(&fs);
     let no_devices = forged::nobody_makes_fifos_and_no_devices(&fs);
+    // Only a client that connected as root may change the credentials it is checked as.
+    let no_escalation = fs
+        .with_own_creds(engram_core::Creds::root())
+        .map(drop)
+        .map_err(|e| e.errno())
+        == Err(libc::EPERM)
+        && fs.mkdir("/rootonly/y", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES);
     std::process::exit(
-        if denied && allowed && owner == Some(65534) && no_write && no_devices {
+        if denied && allowed && owner == Some(65534) && no_write && no_devices && no_escalation {
             20
         } else {
             1
@@ -246,7 +253,27 @@ fn the_daemon_checks_the_client_uid_from_the_socket() {
         "permission checks use the socket's credentials"
     );
     assert_eq!(fs.read_file("/rootonly/file").unwrap(), b"root's");
-    drop(fs);
+    // A root connection that says it dropped to nobody is checked as nobody by the server,
+    // whatever the client side claims, and may come back.
+    let nobody = engram_core::Creds {
+        uid: 65534,
+        gid: 65534,
+        groups: vec![],
+    };
+    let dropped = fs.with_own_creds(nobody).unwrap();
+    assert_eq!(
+        dropped.mkdir("/rootonly/n", 0o755).unwrap_err().errno(),
+        libc::EACCES
+    );
+    let claims_root = dropped.with_creds(engram_core::Creds::root());
+    assert_eq!(
+        claims_root.mkdir("/rootonly/n", 0o755).unwrap_err().errno(),
+        libc::EACCES,
+        "the server checks as the credentials it was told"
+    );
+    let back = dropped.with_own_creds(engram_core::Creds::root()).unwrap();
+    back.mkdir("/rootonly/n", 0o755).unwrap();
+    drop((fs, dropped, claims_root, back));
     d.stop();
     check_clean(&d.pool);
 }

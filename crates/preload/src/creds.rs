@@ -1,0 +1,90 @@
+//! setuid and its family. A process that changes its credentials keeps the access of the
+//! descriptors it holds (checked when they were opened, as on Linux) and is checked as its
+//! new self from then on: the daemon is told (`Fs::with_own_creds`; it takes that only
+//! from a client that connected as root, which root could make itself anyway), and the
+//! connection's `Fs` carries the new credentials for the checks the shim makes itself.
+//! Before 2026-11-26 the daemon went on with the credentials of the connection: a root
+//! process that dropped to `nobody` still read root's 0600 files (found by probing).
+//!
+//! A forked child reaches the pool through a connection of its own, made on its first
+//! call. One that changes its credentials before that (nginx's workers drop to `nobody`
+//! right after the fork, then write to the log their master opened) connects first, with
+//! the credentials it still has, and binds every description it inherited: connected
+//! afterwards, the daemon refuses a user who may not write the pool file, and reopened
+//! afterwards, an inherited log open for writing by root is refused to `nobody`.
+
+use crate::{real, session, table};
+use libc::{c_int, gid_t, size_t, uid_t};
+
+/// Run the real call `change`; when it succeeds, act as the credentials it left.
+fn changing(change: impl FnOnce() -> c_int) -> c_int {
+    // Nothing here may unwind into the caller; a failure to connect or to tell the daemon
+    // leaves the process as it was on the pool's side, said once (see `adopt`).
+    let _ = std::panic::catch_unwind(|| {
+        if session::uses_daemon() {
+            let _op = session::op();
+            if session::fs().is_ok() {
+                table::bind_all();
+            }
+        }
+    });
+    let r = change();
+    if r == 0 {
+        let _ = std::panic::catch_unwind(session::adopt_current_creds);
+    }
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setuid(uid: uid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setuid(uid) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setgid(gid: gid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setgid(gid) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn seteuid(uid: uid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::seteuid(uid) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setegid(gid: gid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setegid(gid) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setreuid(r: uid_t, e: uid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setreuid(r, e) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setregid(r: gid_t, e: gid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setregid(r, e) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setresuid(r, e, s) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setresgid(r, e, s) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setgroups(n: size_t, list: *const gid_t) -> c_int {
+    // SAFETY: forwarding unchanged.
+    changing(|| unsafe { real::setgroups(n, list) })
+}
