@@ -34,6 +34,7 @@ pub mod fifo;
 pub mod ftw;
 pub mod glob;
 pub mod inherit;
+pub mod inotify;
 pub mod io;
 pub mod lockfds;
 pub mod magicfd;

@@ -288,6 +288,7 @@ reals! {
     fn fputws(s: *const wchar_t, f: *mut FILE) -> c_int;
     fn fputws_unlocked(s: *const wchar_t, f: *mut FILE) -> c_int;
     fn fork() -> pid_t;
+    fn inotify_add_watch(fd: c_int, path: *const c_char, mask: u32) -> c_int;
     fn setuid(uid: libc::uid_t) -> c_int;
     fn setgid(gid: libc::gid_t) -> c_int;
     fn seteuid(uid: libc::uid_t) -> c_int;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -547,6 +548,13 @@ static void filesystem_info(void) {
         printf("__xstat not found by dlsym; skipped\n");
     }
     CHECK(close(fd) == 0);
+
+    section = "inotify of a pool path: refused, not a watch of the real directory";
+    int in = inotify_init1(IN_CLOEXEC);
+    CHECK(in >= 0);
+    CHECK(inotify_add_watch(in, M, IN_ALL_EVENTS) == -1 && errno == EOPNOTSUPP);
+    CHECK(inotify_add_watch(in, "/tmp", IN_CREATE) >= 0); /* outside: the kernel's */
+    CHECK(close(in) == 0);
 }
 
 static void vectored(void) {
