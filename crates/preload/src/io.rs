@@ -61,16 +61,8 @@ fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
         return Err(libc::EISDIR);
     }
     let hold = crate::mmap::hold_for_write(of);
-    // Mapped, and written at an offset: the end of file before, in case the write leaves a
-    // gap after it (see `written_held`).
-    let before = match (&hold, at) {
-        (Some(_), Some(_)) => Some(size_of(of)?),
-        _ => None,
-    };
     let (n, end) = of.with_file(|f| f.write_placed(data, at).map_err(en))?;
-    let start = end - n as u64;
-    let gap = before.filter(|&b| b < start).map(|b| (b, start));
-    crate::mmap::written_held(of, hold, &data[..n], start, gap);
+    crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
     Ok((n, end))
 }
 

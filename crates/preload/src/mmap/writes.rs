@@ -56,20 +56,8 @@ pub fn hold_for_write(of: &OpenFile) -> Option<WriteHold> {
 
 /// The write that `hold` (if any) was taken for is done: `data` went to `off`. With a
 /// hold, its bytes go into the backing file under it; without one, as `written` does (a
-/// mapping made since the write began). `gap`: the range between the old end of file and
-/// the write, which the write made the file's (zeros): the backing file reads zeros there
-/// too, so that stores a mapping made past the old end (in its last page) do not become
-/// file data at its next write-back, as ext4 zeroes them when a write grows the file.
-pub fn written_held(
-    of: &OpenFile,
-    hold: Option<WriteHold>,
-    data: &[u8],
-    off: u64,
-    gap: Option<(u64, u64)>,
-) {
-    if let (Some(h), Some((from, to))) = (&hold, gap) {
-        zero_backing_range(h.fd, from, to);
-    }
+/// mapping made since the write began).
+pub fn written_held(of: &OpenFile, hold: Option<WriteHold>, data: &[u8], off: u64) {
     match hold {
         // Removed meanwhile (the count reached zero while the write waited at the gate): a
         // mapping made since has a new backing file, which the write must reach.
