@@ -165,13 +165,10 @@ pub enum Request {
     Gone {
         pid: u32,
     },
-    /// The client process changed its credentials (setuid, setgroups, …): its later
-    /// requests are checked as `creds`. Through the daemon only a client that connected as
-    /// root may change them (to anything, as root may make itself anyone); another gets
-    /// EPERM unless they are the ones it connected with. In-process the `Fs` carries them.
-    SetCreds {
-        creds: crate::perm::Creds,
-    },
+    /// The client process changed its credentials (setuid, setgroups, …): the daemon reads
+    /// them from the kernel (/proc/PID/status, never from the client) and checks the
+    /// client's later requests with them. In-process the `Fs` carries them.
+    CredsChanged,
 }
 
 /// How `Request::Clear` clears a range.
@@ -261,7 +258,7 @@ impl Request {
             Request::Fsck { .. } => "fsck",
             Request::Stats => "stats",
             Request::Gone { .. } => "gone",
-            Request::SetCreds { .. } => "setcreds",
+            Request::CredsChanged => "creds-changed",
         }
     }
 }

@@ -292,15 +292,7 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             w.u8(19);
             w.u32(*pid);
         }
-        Request::SetCreds { creds } => {
-            w.u8(22);
-            w.u32(creds.uid);
-            w.u32(creds.gid);
-            w.u32(creds.groups.len() as u32);
-            for &g in &creds.groups {
-                w.u32(g);
-            }
-        }
+        Request::CredsChanged => w.u8(22),
         Request::Mknod {
             parent,
             name,
@@ -456,17 +448,7 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
             mode: r.u32()?,
             rdev: r.u64()?,
         },
-        22 => {
-            let (uid, gid, n) = (r.u32()?, r.u32()?, r.u32()?);
-            // Linux's NGROUPS_MAX: a longer list is garbage, refused before it is read.
-            if n > 65_536 {
-                return Err(bad());
-            }
-            let groups = (0..n).map(|_| r.u32()).collect::<Result<Vec<u32>>>()?;
-            Request::SetCreds {
-                creds: crate::perm::Creds { uid, gid, groups },
-            }
-        }
+        22 => Request::CredsChanged,
         _ => return Err(bad()),
     };
     r.done()?;

@@ -58,13 +58,7 @@ fn requests_round_trip_and_garbage_is_refused() {
             on: true,
         },
         Request::Gone { pid: 4242 },
-        Request::SetCreds {
-            creds: crate::perm::Creds {
-                uid: 65534,
-                gid: 100,
-                groups: vec![4, 24, 27],
-            },
-        },
+        Request::CredsChanged,
         Request::Clear {
             target: h,
             offset: 5,

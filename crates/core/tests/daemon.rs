@@ -288,6 +288,9 @@ fn worker_entry() {
     if role == "serve-as-nobody" {
         return mapped::serve_as_nobody();
     }
+    if role == "drop-after-connect" {
+        return processes::drop_after_connect();
+    }
     if role == "nobody-maps" {
         return mapped::nobody_maps();
     }

@@ -1,8 +1,8 @@
 //! setuid and its family. A process that changes its credentials keeps the access of the
 //! descriptors it holds (checked when they were opened, as on Linux) and is checked as its
-//! new self from then on: the daemon is told (`Fs::with_own_creds`; it takes that only
-//! from a client that connected as root, which root could make itself anyway), and the
-//! connection's `Fs` carries the new credentials for the checks the shim makes itself.
+//! new self from then on: the daemon is told (`Fs::with_own_creds`), and reads them from
+//! the kernel, never from the client; the connection's `Fs` carries them for the checks
+//! the shim makes itself.
 //! Before 2026-11-26 the daemon went on with the credentials of the connection: a root
 //! process that dropped to `nobody` still read root's 0600 files (found by probing).
 //!
@@ -21,11 +21,10 @@ fn changing(change: impl FnOnce() -> c_int) -> c_int {
     // Nothing here may unwind into the caller; a failure to connect or to tell the daemon
     // leaves the process as it was on the pool's side, said once (see `adopt`).
     let _ = std::panic::catch_unwind(|| {
-        if session::uses_daemon() {
-            let _op = session::op();
-            if session::fs().is_ok() {
-                table::bind_all();
-            }
+        // Under the operation guard first: a fork meanwhile must not find the state locked.
+        let _op = session::op();
+        if session::uses_daemon() && session::fs().is_ok() {
+            table::bind_all();
         }
     });
     let r = change();

@@ -83,6 +83,8 @@ const KERNEL_O_LARGEFILE: c_int = libc::O_LARGEFILE;
 
 fn fcntl_of(fd: c_int, of: &OpenFile, cmd: c_int, arg: c_ulong) -> Res<c_int> {
     match cmd {
+        // The kernel keeps only O_PATH's own flags on an O_PATH descriptor.
+        libc::F_GETFL if of.is_path() => Ok(of.flags()),
         libc::F_GETFL => Ok(of.flags() | KERNEL_O_LARGEFILE),
         libc::F_SETFL => {
             let _op = op();

@@ -76,6 +76,9 @@ static FAST: AtomicPtr<Conn> = AtomicPtr::new(null_mut());
 
 struct State {
     fs: Option<&'static Conn>,
+    /// Views of the connection `fs` is one of, one per set of credentials the process has
+    /// taken since it connected (`adopt_current_creds`).
+    by_creds: Vec<&'static Conn>,
     epoch: u64,
     failed: Option<c_int>,
     mode: Mode,
@@ -84,6 +87,7 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State {
     fs: None,
+    by_creds: Vec::new(),
     epoch: 0,
     failed: None,
     mode: Mode::None,
@@ -167,6 +171,7 @@ fn connect_slow() -> Res<&'static Conn> {
                 pool_id,
             }));
             s.fs = Some(c);
+            s.by_creds = vec![c];
             FAST.store(c as *const Conn as *mut Conn, Ordering::Release);
             Ok(c)
         }
@@ -189,36 +194,42 @@ pub fn uses_daemon() -> bool {
 }
 
 /// The process changed its credentials (`creds.rs`): the connection acts as its current
-/// ones from now on, in the daemon's checks and in the shim's own, with the same epoch, so
-/// that every description stays bound and keeps its access. Not connected: nothing to do
-/// (a connection made later is the new credentials' from the start). A daemon that
-/// refuses (a client that did not connect as root changing them) is said once; the
-/// process then goes on with the credentials it connected with.
+/// ones from now on, in the daemon's checks (it reads them from the kernel) and in the
+/// shim's own, with the same epoch, so that every description stays bound and keeps its
+/// access. Not connected: nothing to do (a connection made later is the new credentials'
+/// from the start). The credentials are read under the state's lock, so that two threads
+/// changing them one after the other leave the later ones. The `Conn` made for a set of
+/// credentials is kept and used again when the process comes back to it (a server that
+/// switches its effective uid per request would otherwise leak one per switch).
 pub fn adopt_current_creds() {
-    let Some(c) = connected() else {
+    let _op = op();
+    let mut s = state();
+    let Some(c) = s.fs.filter(|_| s.epoch == generation()) else {
         return;
     };
     let creds = engram_core::Creds::current();
     if c.fs.creds() == &creds {
         return;
     }
-    let _op = op();
-    let mut s = state();
-    let fs = match c.fs.with_own_creds(creds.clone()) {
-        Ok(fs) => fs,
-        Err(e) => {
-            warn(&format!(
-                "the daemon keeps checking this process as uid {}: {e}",
-                c.fs.creds().uid
-            ));
-            return;
+    if let Err(e) = c.fs.with_own_creds(creds.clone()) {
+        warn(&format!(
+            "the daemon keeps checking this process as uid {}: {e}",
+            c.fs.creds().uid
+        ));
+        return;
+    }
+    let next = match s.by_creds.iter().find(|k| k.fs.creds() == &creds) {
+        Some(&known) => known,
+        None => {
+            let made: &'static Conn = Box::leak(Box::new(Conn {
+                fs: c.fs.with_creds(creds.clone()),
+                inside: c.inside.with_creds(creds),
+                pool_id: c.pool_id,
+            }));
+            s.by_creds.push(made);
+            made
         }
     };
-    let next: &'static Conn = Box::leak(Box::new(Conn {
-        fs,
-        inside: c.inside.with_creds(creds),
-        pool_id: c.pool_id,
-    }));
     s.fs = Some(next);
     FAST.store(next as *const Conn as *mut Conn, Ordering::Release);
 }
@@ -243,6 +254,7 @@ pub fn pool_id_now() -> Option<(u64, bool)> {
 /// would send its requests from this process).
 fn forget_parent(s: &mut State, epoch: u64) {
     s.epoch = epoch;
+    s.by_creds.clear();
     // Leaked: never used nor dropped here. Its descriptors (the parent's daemon socket and
     // region, or the pool file whose lock the parent's copy and mapping keep) are closed in
     // the child, so that they do not pile up with each generation of forks.

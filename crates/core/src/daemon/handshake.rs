@@ -218,6 +218,25 @@ fn peer_groups(stream: &UnixStream) -> Option<Vec<u32>> {
     }
 }
 
+/// The credentials the kernel checks process `pid`'s file accesses with (its filesystem
+/// uid and gid, the fourth field of `Uid:` and `Gid:`, and `Groups:`), from
+/// /proc/PID/status; None if that cannot be read or parsed.
+pub fn creds_from_proc(pid: u32) -> Option<Creds> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+    let fs_id =
+        |name: &str| -> Option<u32> { field(name)?.split_whitespace().nth(3)?.parse().ok() };
+    let groups = field("Groups:")?
+        .split_whitespace()
+        .map(|g| g.parse().ok())
+        .collect::<Option<Vec<u32>>>()?;
+    Some(Creds {
+        uid: fs_id("Uid:")?,
+        gid: fs_id("Gid:")?,
+        groups,
+    })
+}
+
 fn groups_from_proc(pid: i32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()

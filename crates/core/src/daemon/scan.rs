@@ -19,8 +19,6 @@ pub(super) struct Client {
     pub id: ClientId,
     pub index: usize,
     pub creds: Creds,
-    /// Connected as root: it may change `creds` to anything (`Request::SetCreds`).
-    pub root_connection: bool,
     /// Its doorbell as last read, while idle.
     idle_at_bell: Option<u32>,
     /// When a scan last found a request of it (to the clock's last look).
@@ -28,20 +26,6 @@ pub(super) struct Client {
 }
 
 impl Client {
-    /// `Request::SetCreds`: the client's process changed its credentials. A root
-    /// connection may take any (root can make itself anyone, and can write the pool file
-    /// anyway); another may only keep the ones it connected with, which the socket gave.
-    pub fn set_creds(&mut self, creds: Creds) -> crate::error::Result<crate::request::Response> {
-        if !self.root_connection && creds != self.creds {
-            return Err(crate::error::Error::with_msg(
-                libc::EPERM,
-                "only a client that connected as root may change its credentials",
-            ));
-        }
-        self.creds = creds;
-        Ok(crate::request::Response::Done)
-    }
-
     /// Whether to look at its slots in this scan: always while active; while idle, once
     /// its doorbell has moved (it becomes active).
     pub fn due(&mut self, bell: &AtomicU32) -> bool {
@@ -84,7 +68,6 @@ impl Clients {
                 old.remove(&id).unwrap_or(Client {
                     id,
                     index,
-                    root_connection: creds.uid == 0,
                     creds,
                     idle_at_bell: None,
                     last_request: now,

@@ -528,7 +528,10 @@ fn serve_slots(
             let result = request.and_then(|req| {
                 kind = req.kind();
                 match req {
-                    Request::SetCreds { creds } => c.set_creds(creds),
+                    Request::CredsChanged => watch::creds_now(sh, c.id).map(|creds| {
+                        c.creds = creds;
+                        crate::request::Response::Done
+                    }),
                     req => server.handle(c.id, &c.creds, req),
                 }
             });

@@ -58,6 +58,42 @@ pub(super) fn exited_but_connected(sh: &Shared<'_>, pid: u32) -> bool {
             })
 }
 
+/// `Request::CredsChanged`: the credentials client `id`'s process has now, as the kernel
+/// keeps them (/proc/PID/status), never what the client says. Read and then checked
+/// against the process's pidfd, so that a pid reused by another process after the client
+/// died is not read; EPERM when they cannot be read (/proc mounted with `hidepid`), and
+/// the client keeps the credentials it had.
+pub(super) fn creds_now(
+    sh: &Shared<'_>,
+    id: crate::server::ClientId,
+) -> crate::error::Result<Creds> {
+    let refused = |why: &str| {
+        crate::error::Error::with_msg(
+            libc::EPERM,
+            format!("the daemon cannot read the client's new credentials: {why}"),
+        )
+    };
+    let pid = lock(&sh.conns)
+        .live
+        .get(&id)
+        .map(|c| c.pid)
+        .ok_or_else(|| refused("not connected"))?;
+    let creds = handshake::creds_from_proc(pid).ok_or_else(|| refused("/proc unreadable"))?;
+    let c = lock(&sh.conns);
+    let alive = c.live.get(&id).is_some_and(|conn| match &conn.pidfd {
+        Some(p) => {
+            let mut fd = [pollfd(p.as_raw_fd())];
+            // SAFETY: polling one descriptor we own, without waiting.
+            unsafe { libc::poll(fd.as_mut_ptr(), 1, 0) == 0 }
+        }
+        None => !socket_closed(&conn.stream),
+    });
+    if !alive {
+        return Err(refused("the process has exited"));
+    }
+    Ok(creds)
+}
+
 /// Whether a readable client socket has closed (a client never sends on it).
 fn socket_closed(stream: &UnixStream) -> bool {
     let mut b = [0u8; 64];

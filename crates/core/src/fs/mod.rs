@@ -323,14 +323,12 @@ impl Fs {
     }
 
     /// This process changed its credentials (setuid, setgroups, …): the pool acting as
-    /// `creds` from now on, also in the daemon's checks (`Request::SetCreds`, which only a
-    /// client connected as root may make; EPERM otherwise). Files open before keep the
-    /// access they were opened with, as on Linux.
+    /// `creds` (what the process reads of its own) from now on; a daemon reads them from
+    /// the kernel (`Request::CredsChanged`). Files open before keep the access they were
+    /// opened with, as on Linux.
     pub fn with_own_creds(&self, creds: Creds) -> Result<Fs> {
         if let Transport::Remote(r) = &self.core.transport {
-            r.call(&Request::SetCreds {
-                creds: creds.clone(),
-            })?;
+            r.call(&Request::CredsChanged)?;
         }
         Ok(self.with_creds(creds))
     }

@@ -282,7 +282,7 @@ impl Server {
             Request::Gone { .. } => Ok(Response::Done),
             // In-process the `Fs` carries the credentials; the daemon answers this itself
             // (`daemon/serve.rs`).
-            Request::SetCreds { .. } => Ok(Response::Done),
+            Request::CredsChanged => Ok(Response::Done),
         }
     }
 

@@ -177,13 +177,13 @@ pub(crate) fn nobody_worker() {
     let owner = fs.stat("/open/mine").map(|m| m.uid).ok();
     let no_write = forged::nobody_may_not_write(&fs);
     let no_devices = forged::nobody_makes_fifos_and_no_devices(&fs);
-    // Only a client that connected as root may change the credentials it is checked as.
+    // Saying its credentials changed, with root's on the client side, changes nothing:
+    // the daemon reads them from the kernel.
     let no_escalation = fs
         .with_own_creds(engram_core::Creds::root())
-        .map(drop)
-        .map_err(|e| e.errno())
-        == Err(libc::EPERM)
-        && fs.mkdir("/rootonly/y", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES);
+        .is_ok_and(|claims| {
+            claims.mkdir("/rootonly/y", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES)
+        });
     std::process::exit(
         if denied && allowed && owner == Some(65534) && no_write && no_devices && no_escalation {
             20
@@ -253,27 +253,39 @@ fn the_daemon_checks_the_client_uid_from_the_socket() {
         "permission checks use the socket's credentials"
     );
     assert_eq!(fs.read_file("/rootonly/file").unwrap(), b"root's");
-    // A root connection that says it dropped to nobody is checked as nobody by the server,
-    // whatever the client side claims, and may come back.
-    let nobody = engram_core::Creds {
-        uid: 65534,
-        gid: 65534,
-        groups: vec![],
-    };
-    let dropped = fs.with_own_creds(nobody).unwrap();
+    // A root connection whose process drops to nobody is checked as nobody once it says
+    // its credentials changed: the daemon reads them from the kernel, whatever it claims.
+    let code = spawn_worker("drop-after-connect", &d.socket, "")
+        .wait()
+        .unwrap()
+        .code();
     assert_eq!(
-        dropped.mkdir("/rootonly/n", 0o755).unwrap_err().errno(),
-        libc::EACCES
+        code,
+        Some(40),
+        "the daemon checks the credentials the kernel has"
     );
-    let claims_root = dropped.with_creds(engram_core::Creds::root());
-    assert_eq!(
-        claims_root.mkdir("/rootonly/n", 0o755).unwrap_err().errno(),
-        libc::EACCES,
-        "the server checks as the credentials it was told"
-    );
-    let back = dropped.with_own_creds(engram_core::Creds::root()).unwrap();
-    back.mkdir("/rootonly/n", 0o755).unwrap();
-    drop((fs, dropped, claims_root, back));
+    drop(fs);
     d.stop();
     check_clean(&d.pool);
+}
+
+/// Worker role "drop-after-connect": connects as root, drops to uid/gid 65534 for good,
+/// says so, and is then refused root's directory even when it claims to be root on its
+/// side; exit 40 when so.
+pub(crate) fn drop_after_connect() {
+    let fs = Fs::connect(std::env::var("ENGRAM_SOCKET").unwrap()).unwrap();
+    fs.stat("/rootonly").unwrap();
+    // SAFETY: dropping privileges in this child process; nothing else runs in it.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setresgid(65534, 65534, 65534), 0);
+        assert_eq!(libc::setresuid(65534, 65534, 65534), 0);
+    }
+    let before = fs
+        .with_creds(engram_core::Creds::root())
+        .mkdir("/rootonly/before", 0o755)
+        .is_ok();
+    let now = fs.with_own_creds(engram_core::Creds::root()).unwrap();
+    let refused = now.mkdir("/rootonly/after", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES);
+    std::process::exit(if before && refused { 40 } else { 1 });
 }
