@@ -172,3 +172,43 @@ fn the_mount_names_its_side_files_after_the_canonical_path() {
     let fs = Fs::open_pool(memory, &Default::default()).unwrap();
     assert_eq!(fs.mount_info().side_files, None);
 }
+
+/// A dead process's stores in 64 pages are written back with only a few pages free: in
+/// smaller commits once a whole batch finds no room, each freeing the pages it replaced
+/// (found by probing LMDB with `writemap` on a full pool: the stores were dropped).
+#[test]
+fn stores_are_written_back_into_a_nearly_full_pool() {
+    let p = PoolFile::new("full");
+    let fs = p.mkfs_open(16 << 20);
+    fs.write_file("/f", &vec![b'o'; 64 * PAGE]).unwrap();
+    let h = fs.open_file("/f", &OpenOptions::new()).unwrap().handle();
+    fs.write_file("/small", &vec![b's'; 8 * PAGE]).unwrap();
+    let fill = fs
+        .open_file("/fill", &OpenOptions::new().write(true).create(true))
+        .unwrap();
+    let chunk = vec![b'x'; 16 * PAGE];
+    let mut at = 0u64;
+    while fill.write_at(&chunk, at).is_ok() {
+        at += chunk.len() as u64;
+    }
+    while fill.write_at(&chunk[..PAGE], at).is_ok() {
+        at += PAGE as u64;
+    }
+    drop(fill);
+    fs.unlink("/small").unwrap();
+    fs.unmount().unwrap();
+    let id = sidefiles::pool_id(&std::fs::canonicalize(p.path()).unwrap());
+    let name = sidefiles::map_file(id, h.ino, h.generation);
+    leave(
+        &name,
+        &vec![b'N'; 64 * PAGE],
+        0o600 | sidefiles::MAP_CURRENT,
+    );
+    let fs = p.open();
+    assert!(
+        fs.read_file("/f").unwrap().iter().all(|&b| b == b'N'),
+        "the stores did not reach the file"
+    );
+    assert!(!Path::new(&name).exists(), "the backing file was left");
+    assert_clean(&fs);
+}
