@@ -282,8 +282,15 @@ fn connect(s: &mut State) -> Result<Fs, (c_int, String)> {
     let cfg = config();
     if let Some(sock) = &cfg.socket {
         let fs = Fs::connect(sock).map_err(|e| {
+            // No daemon listens there (killed, or gone): the pool's calls fail with EIO, as
+            // those of a process whose daemon went away do, not with the socket's own
+            // ECONNREFUSED or ENOENT, which a program would take for its file's.
+            let errno = match e.errno() {
+                libc::ECONNREFUSED | libc::ENOENT => libc::EIO,
+                n => n,
+            };
             (
-                e.errno(),
+                errno,
                 e.message().map_or_else(|| e.to_string(), str::to_string),
             )
         })?;
