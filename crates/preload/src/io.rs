@@ -60,8 +60,16 @@ fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
     if of.is_dir() {
         return Err(libc::EISDIR);
     }
+    let write = || of.with_file(|f| f.write_placed(data, at).map_err(en));
+    // At an offset past the end of a mapped file: the gap between is zeroed in the
+    // mappings too (`growing_write`). Appends start at the end and leave no gap.
+    if let Some(off) = at
+        && let Some(r) = crate::mmap::growing_write(of, data, off, || size_of(of), write)
+    {
+        return r;
+    }
     let hold = crate::mmap::hold_for_write(of);
-    let (n, end) = of.with_file(|f| f.write_placed(data, at).map_err(en))?;
+    let (n, end) = write()?;
     crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
     Ok((n, end))
 }

@@ -229,6 +229,13 @@ fn a_process_that_changes_its_credentials_is_checked_as_its_new_self() {
     c_program_via_daemon("setids", "SETIDS-OK", false);
 }
 
+/// Two threads writing past the end of a mapped file at once: the gap the further write
+/// leaves is zeroed in the mapping, never over the nearer write (tests/c/mapgap.c).
+#[test]
+fn a_write_past_the_end_of_a_mapped_file_zeroes_only_its_gap() {
+    c_program_via_daemon_with("mapgap", "MAPGAP-OK", false, &["500"]);
+}
+
 /// A child forked while another thread spawns (the lock files are inheritable for that
 /// moment) gives the flock of a description it closed back when it execs
 /// (tests/c/forkrace.c).

@@ -30,7 +30,9 @@ mod writeback;
 mod writes;
 
 pub use writeback::{at_exit, write_back_all};
-pub use writes::{WriteHold, clearing, hold_for_write, resizing, written, written_held};
+pub use writes::{
+    WriteHold, clearing, growing_write, hold_for_write, resizing, written, written_held,
+};
 
 const PAGE: usize = 4096;
 

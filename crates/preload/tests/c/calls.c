@@ -338,6 +338,23 @@ static void mappings(void) {
     CHECK(fd >= 0);
     CHECK(pread(fd, back, 12, 4096) == 12 && memcmp(back, "shared write", 12) == 0);
     CHECK(close(fd) == 0);
+
+    section = "stores past the end of file, then a write that grows the file";
+    fd = open(M "/tail", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && pwrite(fd, "0123456789", 10, 0) == 10);
+    unsigned char *t = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(t != MAP_FAILED);
+    memset(t + 10, 0xa5, 4096 - 10); /* past the end: not the file's */
+    CHECK(msync(t, 4096, MS_SYNC) == 0);
+    CHECK(pwrite(fd, "y", 1, 8192) == 1); /* the gap becomes the file's: zeros, as ext4 */
+    CHECK(t[10] == 0 && t[4095] == 0);
+    CHECK(munmap(t, 4096) == 0);
+    unsigned char tail[4096];
+    CHECK(pread(fd, tail, sizeof tail, 0) == sizeof tail);
+    int nonzero = 0;
+    for (int i = 10; i < 4096; i++) nonzero += tail[i] != 0;
+    CHECK(nonzero == 0 && memcmp(tail, "0123456789", 10) == 0);
+    CHECK(close(fd) == 0 && unlink(M "/tail") == 0);
 }
 
 static void streams(void) {
