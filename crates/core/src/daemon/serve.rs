@@ -169,17 +169,33 @@ fn bind(socket: &Path) -> Result<UnixListener> {
         }
         let _ = std::fs::remove_file(socket);
     }
-    let l = UnixListener::bind(socket).map_err(|e| {
+    // Made under a name of its own and renamed into place once it listens, open to all: a
+    // client that sees the socket can connect (between bind and listen, or before the mode
+    // was set, a test's client was refused under load).
+    let name = socket.file_name().map(|n| n.to_string_lossy().into_owned());
+    let fresh = socket.with_file_name(format!(
+        ".{}.{}.new",
+        name.as_deref().unwrap_or("socket"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&fresh);
+    let cannot = |e: std::io::Error| {
         Error::with_msg(
             crate::error::io_errno(&e),
             format!("cannot listen on {}: {e}", socket.display()),
         )
-    })?;
+    };
+    let l = UnixListener::bind(&fresh).map_err(cannot)?;
     l.set_nonblocking(true)?;
     // Anyone may knock; the server decides from the peer's credentials (SO_PEERCRED) and
     // the pool file's permissions whom to serve.
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
+    let placed = std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o666))
+        .and_then(|()| std::fs::rename(&fresh, socket));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&fresh);
+        return Err(cannot(e));
+    }
     Ok(l)
 }
 
