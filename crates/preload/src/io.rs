@@ -61,6 +61,13 @@ fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
         return Err(libc::EISDIR);
     }
     let write = || of.with_file(|f| f.write_placed(data, at).map_err(en));
+    if !crate::mmap::mapped_now(of) {
+        // The common case, one load; a mapping made meanwhile gets the bytes after the
+        // commit (`written` looks again).
+        let (n, end) = write()?;
+        crate::mmap::written(of, &data[..n], end - n as u64);
+        return Ok((n, end));
+    }
     // At an offset past the end of a mapped file: the gap between is zeroed in the
     // mappings too (`growing_write`). Appends start at the end and leave no gap.
     if let Some(off) = at

@@ -31,7 +31,7 @@ mod writes;
 
 pub use writeback::{at_exit, write_back_all};
 pub use writes::{
-    WriteHold, clearing, growing_write, hold_for_write, resizing, written, written_held,
+    WriteHold, clearing, growing_write, hold_for_write, mapped_now, resizing, written, written_held,
 };
 
 const PAGE: usize = 4096;

@@ -43,6 +43,12 @@ impl Drop for WriteHold {
     }
 }
 
+/// Whether some process maps `of`'s file now (one load of its bit), outside the shim's
+/// own mapping code.
+pub fn mapped_now(of: &OpenFile) -> bool {
+    !reentered() && session::fs().is_ok_and(|fs| fs.mapped_anywhere(of.handle().ino))
+}
+
 /// Take a `WriteHold` before writing to `of`'s file, if some process maps it now.
 pub fn hold_for_write(of: &OpenFile) -> Option<WriteHold> {
     let h = of.handle();
@@ -78,8 +84,9 @@ pub fn written_held(of: &OpenFile, hold: Option<WriteHold>, data: &[u8], off: u6
 /// the old end in its last page are not the file's, and ext4 zeroes them when a write grows
 /// the file; left, they became file data at the mapping's next write-back. (Zeroing under
 /// the lock's shared side, which every writer takes, wiped another writer's bytes copied
-/// into the gap meanwhile: a reviewer's test lost them in 432 of 2,000 rounds.) None when
-/// the file is not mapped, or has no backing file yet: the caller writes as usual.
+/// into the gap meanwhile: a reviewer's test lost them in 432 of 2,000 rounds.) For a file
+/// the caller saw mapped (`mapped_now`); None when the write does not go past the end, or
+/// the file has no backing file yet: the caller writes as usual.
 pub fn growing_write(
     of: &OpenFile,
     data: &[u8],
@@ -88,9 +95,6 @@ pub fn growing_write(
     write: impl FnOnce() -> Res<(usize, u64)>,
 ) -> Option<Res<(usize, u64)>> {
     let h = of.handle();
-    if reentered() || !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
-        return None;
-    }
     // Within the file (looked at unlocked): no gap, the ordinary write. One that the file
     // grew past meanwhile needs none either; one it shrank under makes a gap the backing
     // file already reads as zeros there (a truncate zeroes it).
