@@ -19,7 +19,8 @@ use libc::{c_int, gid_t, size_t, uid_t};
 /// Run the real call `change`; when it succeeds, act as the credentials it left.
 fn changing(change: impl FnOnce() -> c_int) -> c_int {
     // Nothing here may unwind into the caller; a failure to connect or to tell the daemon
-    // leaves the process as it was on the pool's side, said once (see `adopt`).
+    // leaves the process as it was on the pool's side, and says so
+    // (`session::adopt_current_creds`).
     let _ = std::panic::catch_unwind(|| {
         // Under the operation guard first: a fork meanwhile must not find the state locked.
         let _op = session::op();
@@ -34,56 +35,25 @@ fn changing(change: impl FnOnce() -> c_int) -> c_int {
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setuid(uid: uid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setuid(uid) })
+/// The exported wrappers: each forwards to the real call through `changing`.
+macro_rules! changing_calls {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: forwarding unchanged.
+            changing(|| unsafe { real::$name($($arg),*) })
+        }
+    )*};
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setgid(gid: gid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setgid(gid) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn seteuid(uid: uid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::seteuid(uid) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setegid(gid: gid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setegid(gid) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setreuid(r: uid_t, e: uid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setreuid(r, e) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setregid(r: gid_t, e: gid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setregid(r, e) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setresuid(r, e, s) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setresgid(r, e, s) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn setgroups(n: size_t, list: *const gid_t) -> c_int {
-    // SAFETY: forwarding unchanged.
-    changing(|| unsafe { real::setgroups(n, list) })
+changing_calls! {
+    setuid(uid: uid_t);
+    setgid(gid: gid_t);
+    seteuid(uid: uid_t);
+    setegid(gid: gid_t);
+    setreuid(r: uid_t, e: uid_t);
+    setregid(r: gid_t, e: gid_t);
+    setresuid(r: uid_t, e: uid_t, s: uid_t);
+    setresgid(r: gid_t, e: gid_t, s: gid_t);
+    setgroups(n: size_t, list: *const gid_t);
 }

@@ -54,8 +54,14 @@ impl Program {
             let mut head = [0u8; 2];
             let script =
                 crate::io::pread64(fd, head.as_mut_ptr().cast(), 2, 0) == 2 && head == *b"#!";
-            copy_to_memfd(fd, c"engram-exec", !script).map(Program)
+            Program::copied(fd, script)
         }
+    }
+
+    /// The copy of `fd`, a program already checked and looked at (`shebang`): a script's
+    /// stays open across exec, for its interpreter to read as `/dev/fd/N`.
+    pub(crate) fn copied(fd: c_int, script: bool) -> Res<Program> {
+        copy_to_memfd(fd, c"engram-exec", !script).map(Program)
     }
 }
 

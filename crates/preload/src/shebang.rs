@@ -150,7 +150,8 @@ unsafe fn resolve(start: Start, argv: *const *const c_char, shim: bool) -> Res<L
         let opened = unsafe { Opened::program(dirfd, &target, nofollow) }?;
         let head = opened.head()?;
         if !head.starts_with(b"#!") {
-            let program = Program::copy(opened.0)?;
+            // `Opened::program` checked it and `head` looked: copied without a second look.
+            let program = Program::copied(opened.0, false)?;
             return Ok(Launch::new(Some(program), target, args, scripts));
         }
         if depth == MAX_SCRIPTS {
@@ -160,7 +161,7 @@ unsafe fn resolve(start: Start, argv: *const *const c_char, shim: bool) -> Res<L
         let script = if shim {
             script_path(dirfd, target)?
         } else {
-            let copy = Program::copy(opened.0)?;
+            let copy = Program::copied(opened.0, true)?;
             let name = format!("/dev/fd/{}", copy.fd());
             scripts.push(copy);
             CString::new(name).expect("no NUL in digits")

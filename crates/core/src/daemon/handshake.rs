@@ -238,16 +238,10 @@ pub fn creds_from_proc(pid: u32) -> Option<Creds> {
 }
 
 fn groups_from_proc(pid: i32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    u32::try_from(pid)
         .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Groups:")).map(|l| {
-                l[7..]
-                    .split_whitespace()
-                    .filter_map(|g| g.parse().ok())
-                    .collect()
-            })
-        })
+        .and_then(creds_from_proc)
+        .map(|c| c.groups)
         .unwrap_or_default()
 }
 

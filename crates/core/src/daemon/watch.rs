@@ -44,18 +44,20 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
 /// Also while clients this thread found gone wait for the server loop (it may be one).
 pub(super) fn exited_but_connected(sh: &Shared<'_>, pid: u32) -> bool {
     let c = lock(&sh.conns);
-    !c.dead.is_empty()
-        || c.live
-            .values()
-            .filter(|conn| conn.pid == pid)
-            .any(|conn| match &conn.pidfd {
-                Some(p) => {
-                    let mut fd = [pollfd(p.as_raw_fd())];
-                    // SAFETY: polling one descriptor we own, without waiting.
-                    unsafe { libc::poll(fd.as_mut_ptr(), 1, 0) == 1 }
-                }
-                None => socket_closed(&conn.stream),
-            })
+    !c.dead.is_empty() || c.live.values().filter(|conn| conn.pid == pid).any(exited)
+}
+
+/// Whether a client's process has exited: its pidfd readable, or without one its socket
+/// closed.
+fn exited(conn: &Conn) -> bool {
+    match &conn.pidfd {
+        Some(p) => {
+            let mut fd = [pollfd(p.as_raw_fd())];
+            // SAFETY: polling one descriptor we own, without waiting.
+            unsafe { libc::poll(fd.as_mut_ptr(), 1, 0) == 1 }
+        }
+        None => socket_closed(&conn.stream),
+    }
 }
 
 /// `Request::CredsChanged`: the credentials client `id`'s process has now, as the kernel
@@ -80,15 +82,7 @@ pub(super) fn creds_now(
         .ok_or_else(|| refused("not connected"))?;
     let creds = handshake::creds_from_proc(pid).ok_or_else(|| refused("/proc unreadable"))?;
     let c = lock(&sh.conns);
-    let alive = c.live.get(&id).is_some_and(|conn| match &conn.pidfd {
-        Some(p) => {
-            let mut fd = [pollfd(p.as_raw_fd())];
-            // SAFETY: polling one descriptor we own, without waiting.
-            unsafe { libc::poll(fd.as_mut_ptr(), 1, 0) == 0 }
-        }
-        None => !socket_closed(&conn.stream),
-    });
-    if !alive {
+    if c.live.get(&id).is_none_or(exited) {
         return Err(refused("the process has exited"));
     }
     Ok(creds)
