@@ -1,7 +1,7 @@
 //! Write-back of a shared mapping's changed pages to the file (msync, munmap, exit, exec),
 //! and giving mappings up.
 
-use super::backing::reopen_backing;
+use super::backing::{FillLock, reopen_backing};
 use super::writes::written;
 use super::{Mapping, NMAPS, PAGE, load, maps, reentered};
 use crate::real;
@@ -31,6 +31,32 @@ pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
     if from >= to {
         return Ok(());
     }
+    // The fill lock held exclusively, on a description of its own (a lock is one per
+    // description, and the mapping's is shared with other threads), across the compares and
+    // the writes back: a write of another process or thread holds its shared side from
+    // before its commit until its bytes are in the backing file, so a page that differs
+    // here is a store, never a write whose copy has not landed yet (compared then, msync
+    // wrote the older bytes back over it: tests/c/mapsync.c).
+    let own = own_description(m.backing);
+    let fill = own.map(FillLock::exclusive);
+    let r = write_back_locked(m, from, to);
+    drop(fill);
+    if let Some(fd) = own {
+        crate::ownfds::close(fd);
+    }
+    r
+}
+
+/// A new open file description of the file `fd` names (removed or not), at a high number.
+fn own_description(fd: libc::c_int) -> Option<libc::c_int> {
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("digits");
+    // SAFETY: opening a path we built with the real call.
+    let own = unsafe { real::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    (own >= 0).then(|| crate::util::move_high(own))
+}
+
+/// `write_back`'s compares and writes, the fill lock held.
+fn write_back_locked(m: &Mapping, from: usize, to: usize) -> Res<()> {
     let size = crate::io::size_of(&m.of)?;
     let mut page = vec![0u8; PAGE];
     let mut held = vec![0u8; if m.unreadable { PAGE } else { 0 }];

@@ -12,14 +12,26 @@ use crate::util::Res;
 use engram_core::Handle;
 use libc::c_int;
 
-/// This process wrote `data` at `off` of `of`'s file: if some process maps that file,
-/// the backing file (which the mappings show) gets the bytes too, as far as it reaches.
+/// This process wrote `data` at `off` of `of`'s file without a `WriteHold` (nobody mapped
+/// the file when the write began, or its backing file was removed meanwhile): if some
+/// process maps that file now, the backing file (which the mappings show) gets the bytes
+/// too, as far as it reaches. Under the fill lock the write is first made again, as far
+/// as the file reaches: between its commit and now, holding nothing, it could not keep a
+/// mapping's `msync` from taking the committed bytes not yet in the backing file for a
+/// store of older ones and writing those back over it (`tests/c/mapsync.c`, which remaps
+/// while another process writes). The call has not returned, so the write taking effect
+/// again now is one of the orders Linux allows.
 pub fn written(of: &OpenFile, data: &[u8], off: u64) {
     if data.is_empty() {
         return;
     }
     with_backing(of.handle(), |fd| {
         let _fill = FillLock::shared(fd);
+        let within = crate::io::size_of(of).map_or(0, |size| size.saturating_sub(off));
+        let again = &data[..data.len().min(within as usize)];
+        if !again.is_empty() {
+            let _ = of.with_file(|f| f.write_in_place(again, off).map_err(crate::util::en));
+        }
         copy_into_backing(of, fd, data, off)
     });
 }
