@@ -96,6 +96,38 @@ pub fn check_link_source(c: &Creds, t: &InodeData) -> Result<()> {
     if safe { Ok(()) } else { Err(Error::EPERM) }
 }
 
+/// The set-user-ID and set-group-ID bits of `d` that Linux clears when `c` writes or
+/// truncates it (`file_remove_privs`): none for a caller with CAP_FSETID (root here) or a
+/// file that is not regular.
+pub fn privs_killed_by_write(c: &Creds, d: &InodeData) -> u32 {
+    if !d.is_reg() || c.is_root() {
+        return 0;
+    }
+    privs_to_kill(c, d)
+}
+
+/// The bits Linux clears on a chown of `d` by `c`, whoever the caller and whatever the new
+/// owner (`chown_common`): none for a directory.
+pub fn privs_killed_by_chown(c: &Creds, d: &InodeData) -> u32 {
+    if d.is_dir() {
+        return 0;
+    }
+    privs_to_kill(c, d)
+}
+
+/// Set-user-ID always; set-group-ID with group execute, and without it (a mandatory-lock
+/// mark) only for a caller neither in the file's group nor privileged
+/// (`setattr_should_drop_sgid`).
+fn privs_to_kill(c: &Creds, d: &InodeData) -> u32 {
+    let mut kill = d.mode & libc::S_ISUID;
+    if d.mode & libc::S_ISGID != 0
+        && (d.mode & libc::S_IXGRP != 0 || !(c.is_root() || c.in_group(d.gid)))
+    {
+        kill |= libc::S_ISGID;
+    }
+    kill
+}
+
 /// The sticky-bit rule for removing or renaming `victim` out of `dir`.
 pub fn check_sticky(c: &Creds, dir: &InodeData, victim: &InodeData) -> Result<()> {
     if dir.mode & libc::S_ISVTX != 0 && !c.is_root() && c.uid != dir.uid && c.uid != victim.uid {

@@ -23,6 +23,16 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<SetTime>,
     pub mtime: Option<SetTime>,
+    /// A chown call, also one that names neither owner nor group (`chown(f, -1, -1)`):
+    /// Linux clears set-user-ID and set-group-ID of a non-directory on every one.
+    pub chown: bool,
+    /// The caller is about to write the file: clear set-user-ID and set-group-ID, as Linux
+    /// does for a writer without CAP_FSETID (`file_remove_privs`). Allowed to whoever holds
+    /// the file open for writing or may write it.
+    pub written: bool,
+    /// A size change through a description open for writing (ftruncate, O_TRUNC): write
+    /// permission was checked when it was opened, as Linux checks it, not now.
+    pub through_open_file: bool,
 }
 
 pub const RENAME_NOREPLACE: u32 = 1;

@@ -239,6 +239,9 @@ pub fn encode_request(r: &Request, w: &mut Writer) {
             w.u64(attr.size.unwrap_or(0));
             w.time(attr.atime);
             w.time(attr.mtime);
+            w.u8(attr.chown as u8
+                | (attr.written as u8) << 1
+                | (attr.through_open_file as u8) << 2);
         }
         Request::Fallocate {
             target,
@@ -373,13 +376,18 @@ pub fn decode_request(b: &[u8]) -> Result<Request> {
             let gid = r.opt_u32()?;
             let has_size = r.u8()? != 0;
             let size = r.u64()?;
+            let (atime, mtime) = (r.time()?, r.time()?);
+            let flags = r.u8()?;
             let attr = SetAttr {
                 mode,
                 uid,
                 gid,
                 size: has_size.then_some(size),
-                atime: r.time()?,
-                mtime: r.time()?,
+                atime,
+                mtime,
+                chown: flags & 1 != 0,
+                written: flags & 2 != 0,
+                through_open_file: flags & 4 != 0,
             };
             Request::SetAttr { target, attr }
         }

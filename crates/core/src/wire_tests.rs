@@ -30,6 +30,21 @@ fn requests_round_trip_and_garbage_is_refused() {
                 ..SetAttr::default()
             },
         },
+        Request::SetAttr {
+            target: h,
+            attr: SetAttr {
+                chown: true,
+                through_open_file: true,
+                ..SetAttr::default()
+            },
+        },
+        Request::SetAttr {
+            target: h,
+            attr: SetAttr {
+                written: true,
+                ..SetAttr::default()
+            },
+        },
         Request::CommitWrite {
             target: h,
             pages: vec![(1, 2), (3, 4)],

@@ -71,6 +71,7 @@ impl EngramFuse {
             size: None,
             atime: set_time(c.atime),
             mtime: set_time(c.mtime),
+            ..SetAttr::default()
         };
         if let Some(mode) = rest.mode
             && rest.uid.is_none()
@@ -93,7 +94,10 @@ impl EngramFuse {
                 rest.mode = None;
             }
         }
-        if rest != SetAttr::default() {
+        // A request that changes nothing (a chown to -1, -1, which asks no permission; the
+        // kernel sends no ctime without its writeback cache) still changes ctime, as on
+        // Linux: the server sets it on every change.
+        if rest != SetAttr::default() || c.size.is_none() {
             caller.setattr(h, rest)?;
         }
         if let Some(size) = c.size {
@@ -104,9 +108,14 @@ impl EngramFuse {
             match c.fh {
                 // ftruncate (or open with O_TRUNC): the kernel checked that the descriptor
                 // is open for writing, which is all POSIX asks; the mode may forbid writing.
+                // As the caller, whose set-id bits a truncate clears.
                 Some(fh) => {
                     self.file(fh.0)?;
-                    self.root.setattr(h, size_only)?
+                    let opened = SetAttr {
+                        through_open_file: true,
+                        ..size_only
+                    };
+                    caller.setattr(h, opened)?
                 }
                 None => caller.setattr(h, size_only)?,
             }

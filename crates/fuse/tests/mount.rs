@@ -409,25 +409,19 @@ fn readahead_kb(dir: &Path) -> Option<String> {
     Some(kb.trim().to_string())
 }
 
-/// The fsx-style checker of the shim's tests (crates/preload/tests/c/fsx.c) on a mount:
-/// random I/O of every kind against a model of the file, then with a mapping kept open
-/// (its stores reach the engine through the kernel's page cache).
-#[test]
-fn random_io_matches_a_model_of_the_file_on_a_mount() {
+/// One of the shim's C test programs (crates/preload/tests/c/NAME.c) built into the
+/// scratch directory, or None (after saying so) without gcc.
+fn shim_test_program(s: &Scratch, name: &str) -> Option<std::path::PathBuf> {
     if std::process::Command::new("gcc")
         .arg("--version")
         .output()
         .is_err()
     {
         eprintln!("skipped: gcc is not installed");
-        return;
+        return None;
     }
-    let s = Scratch::new("fsx");
-    let Some(m) = s.mount(&MountOptions::default()) else {
-        return;
-    };
-    let exe = s.dir("bin").join("fsx");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../preload/tests/c/fsx.c");
+    let exe = s.dir("bin").join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../preload/tests/c/{name}.c"));
     let built = std::process::Command::new("gcc")
         .args(["-O1", "-o"])
         .arg(&exe)
@@ -435,9 +429,51 @@ fn random_io_matches_a_model_of_the_file_on_a_mount() {
         .status()
         .unwrap();
     assert!(built.success(), "gcc failed on {}", src.display());
-    let mnt = m.mount_point();
+    Some(exe)
+}
+
+/// The shim's test of set-id bits, O_NOATIME and the times of small changes
+/// (crates/preload/tests/c/privs.c) on a mount that other users may use: a truncate by
+/// another user through its descriptor cleared no set-group-ID bit, and chown(-1, -1)
+/// changed no ctime (the kernel sends an empty request).
+#[test]
+fn set_id_bits_noatime_and_times_behave_as_linux_on_a_mount() {
+    // SAFETY: reading our own effective uid.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to change credentials");
+        return;
+    }
+    let s = Scratch::new("privs");
+    let Some(exe) = shim_test_program(&s, "privs") else {
+        return;
+    };
+    let opts = MountOptions {
+        allow_other: true,
+        ..MountOptions::default()
+    };
+    let Some(m) = s.mount(&opts) else {
+        return;
+    };
     sh(
-        mnt,
+        m.mount_point(),
+        &format!("'{e}' \"$PWD\" | grep -q PRIVS-OK", e = exe.display()),
+    );
+}
+
+/// The fsx-style checker of the shim's tests (crates/preload/tests/c/fsx.c) on a mount:
+/// random I/O of every kind against a model of the file, then with a mapping kept open
+/// (its stores reach the engine through the kernel's page cache).
+#[test]
+fn random_io_matches_a_model_of_the_file_on_a_mount() {
+    let s = Scratch::new("fsx");
+    let Some(exe) = shim_test_program(&s, "fsx") else {
+        return;
+    };
+    let Some(m) = s.mount(&MountOptions::default()) else {
+        return;
+    };
+    sh(
+        m.mount_point(),
         &format!(
             "'{e}' -q plain 2 10000 && '{e}' -q -M mapped 32 5000",
             e = exe.display()

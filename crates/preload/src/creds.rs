@@ -6,12 +6,13 @@
 //! Before 2026-11-26 the daemon went on with the credentials of the connection: a root
 //! process that dropped to `nobody` still read root's 0600 files (found by probing).
 //!
-//! A forked child reaches the pool through a connection of its own, made on its first
-//! call. One that changes its credentials before that (nginx's workers drop to `nobody`
-//! right after the fork, then write to the log their master opened) connects first, with
-//! the credentials it still has, and binds every description it inherited: connected
-//! afterwards, the daemon refuses a user who may not write the pool file, and reopened
-//! afterwards, an inherited log open for writing by root is refused to `nobody`.
+//! A process reaches the pool through a connection of its own (a forked child too), made
+//! on its first call. One that changes its credentials before that (nginx's workers drop
+//! to `nobody` right after the fork, then write to the log their master opened; pjdfstest
+//! drops before its one call) connects first, with the credentials it still has, and
+//! binds every description it inherited: connected afterwards, the daemon refuses a user
+//! who may not write the pool file, and reopened afterwards, an inherited log open for
+//! writing by root is refused to `nobody`.
 
 use crate::{real, session, table};
 use libc::{c_int, gid_t, size_t, uid_t};
@@ -24,7 +25,7 @@ fn changing(change: impl FnOnce() -> c_int) -> c_int {
     let _ = std::panic::catch_unwind(|| {
         // Under the operation guard first: a fork meanwhile must not find the state locked.
         let _op = session::op();
-        if session::uses_daemon() && session::fs().is_ok() {
+        if session::uses_or_would_use_daemon() && session::fs().is_ok() {
             table::bind_all();
         }
     });

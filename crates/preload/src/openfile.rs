@@ -195,6 +195,15 @@ impl OpenFile {
             libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME | libc::O_ASYNC;
         let old = self.flags();
         let new = (old & !changeable) | (flags & changeable);
+        // As Linux: O_NOATIME newly asked for by someone who neither owns the file nor is
+        // root.
+        if new & !old & libc::O_NOATIME != 0 {
+            let fs = session::fs()?;
+            let owner = fs.stat_handle(self.handle).map_err(en)?.uid;
+            if !fs.creds().is_root() && fs.creds().uid != owner {
+                return Err(libc::EPERM);
+            }
+        }
         if (old ^ new) & libc::O_APPEND != 0 && !self.is_dir {
             let fs = session::fs()?;
             let file = fs

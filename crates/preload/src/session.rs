@@ -193,6 +193,13 @@ pub fn uses_daemon() -> bool {
     state().mode == Mode::Daemon
 }
 
+/// `uses_daemon`, or would on its first call: not connected yet, with a daemon's socket
+/// configured.
+pub fn uses_or_would_use_daemon() -> bool {
+    let mode = state().mode;
+    mode == Mode::Daemon || (mode == Mode::None && config().socket.is_some())
+}
+
 /// The process changed its credentials (`creds.rs`): the connection acts as its current
 /// ones from now on, in the daemon's checks (it reads them from the kernel) and in the
 /// shim's own, with the same epoch, so that every description stays bound and keeps its

@@ -239,6 +239,21 @@ fn a_process_that_changes_its_credentials_is_checked_as_its_new_self() {
     c_program_via_daemon("setids", "SETIDS-OK", false);
 }
 
+/// Set-id bits cleared by writes, truncates and chowns, O_NOATIME refused on another's
+/// file, ftruncate allowed by the descriptor, the times of fallocate, futimens(OMIT, OMIT)
+/// and chown(-1, -1), and a fresh process that drops to nobody before its first call
+/// (tests/c/privs.c, checked on ext4 and tmpfs first; found by pjdfstest and by probing:
+/// the bits stayed, and the dropped process was refused by the daemon with EPROTO).
+#[test]
+fn set_id_bits_noatime_and_times_behave_as_linux() {
+    // SAFETY: reading our own effective uid.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to change credentials");
+        return;
+    }
+    c_program_via_daemon("privs", "PRIVS-OK", false);
+}
+
 /// Two threads writing past the end of a mapped file at once: the gap the further write
 /// leaves is zeroed in the mapping, never over the nearer write (tests/c/mapgap.c).
 #[test]

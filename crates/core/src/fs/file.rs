@@ -32,6 +32,9 @@ pub struct OpenOptions {
     /// Linux asks no permission of the node for it, and with `nofollow` a final symlink is
     /// opened as itself.
     pub path: bool,
+    /// O_NOATIME: only the file's owner (or root) may ask for it (EPERM otherwise, as
+    /// Linux); atime is never updated here anyway.
+    pub noatime: bool,
     /// Permission bits for a created file (the caller applies its umask).
     pub mode: u32,
 }
@@ -112,6 +115,7 @@ impl OpenOptions {
             directory: flags & libc::O_DIRECTORY != 0,
             nofollow: flags & libc::O_NOFOLLOW != 0,
             path: false,
+            noatime: flags & libc::O_NOATIME != 0,
             mode,
         }
         .path(path)
@@ -324,7 +328,7 @@ impl File {
         if !self.opts.write {
             return Err(Error::EINVAL);
         }
-        self.fs.truncate_handle(self.handle, size)
+        self.fs.truncate_handle(self.handle, size, true)
     }
 
     /// Allocate space (fallocate mode 0 or FALLOC_FL_KEEP_SIZE).
@@ -398,6 +402,10 @@ impl File {
     }
 
     pub fn set_times(&self, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
+        // Both UTIME_OMIT: nothing changes, not even ctime, as on Linux.
+        if atime.is_none() && mtime.is_none() {
+            return Ok(());
+        }
         self.fs.call(Request::SetAttr {
             target: self.handle,
             attr: SetAttr {
@@ -426,6 +434,7 @@ impl File {
             attr: SetAttr {
                 uid,
                 gid,
+                chown: true,
                 ..SetAttr::default()
             },
         })?;

@@ -78,7 +78,7 @@ impl Fs {
         let file = File::new(self.clone(), h, opts)?;
         // As `open_from`: an empty file or a read-only open is truncated too (mtime, ctime).
         if opts.truncate && m.is_file() {
-            self.truncate_handle(h, 0)?;
+            self.truncate_handle(h, 0, true)?;
         }
         Ok(file)
     }
@@ -175,14 +175,18 @@ impl Fs {
     /// chmod/chown/utimens/truncate by handle. A size change takes the file's range lock.
     pub fn setattr(&self, h: Handle, attr: SetAttr) -> Result<()> {
         if let Some(size) = attr.size {
-            let rest = SetAttr { size: None, ..attr };
+            let rest = SetAttr {
+                size: None,
+                through_open_file: false,
+                ..attr
+            };
             if rest != SetAttr::default() {
                 self.call(Request::SetAttr {
                     target: h,
                     attr: rest,
                 })?;
             }
-            return self.truncate_handle(h, size);
+            return self.truncate_handle(h, size, attr.through_open_file);
         }
         self.call(Request::SetAttr { target: h, attr })?;
         Ok(())

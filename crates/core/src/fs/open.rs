@@ -166,6 +166,9 @@ impl Fs {
             let want =
                 if opts.read { R } else { 0 } | if opts.write || opts.truncate { W } else { 0 };
             perm::check(self.creds(), &d, want)?;
+            if opts.noatime && !self.creds().owns(&d) {
+                return Err(Error::EPERM);
+            }
         }
         if d.is_special() {
             return Ok(Opened::Special(h, Metadata::from_inode(h.ino, &d)));
@@ -176,7 +179,7 @@ impl Fs {
         // ctime change. Once open, the inode cannot be freed: the file truncated is the
         // file opened (on an error, dropping it closes it).
         if opts.truncate && d.is_reg() {
-            self.truncate_handle(h, 0)?;
+            self.truncate_handle(h, 0, true)?;
         }
         Ok(Opened::File(file))
     }

@@ -28,7 +28,9 @@ impl Fs {
         }
     }
 
-    pub(crate) fn truncate_handle(&self, h: Handle, size: u64) -> Result<()> {
+    /// Truncate `h` to `size`; `opened`: through a description open for writing (its
+    /// permission was checked when it was opened).
+    pub(crate) fn truncate_handle(&self, h: Handle, size: u64, opened: bool) -> Result<()> {
         let lock = self.range_lock(h.ino);
         let cur = self.read_inode(h.ino).size;
         let g = lock.lock(size.min(cur) / PAGE, u64::MAX);
@@ -36,6 +38,7 @@ impl Fs {
             target: h,
             attr: SetAttr {
                 size: Some(size),
+                through_open_file: opened,
                 ..SetAttr::default()
             },
         });
@@ -356,7 +359,7 @@ impl Fs {
                 return Err(Error::EINVAL);
             }
             perm::check(self.creds(), &d, W)?;
-            self.truncate_handle(h, size)
+            self.truncate_handle(h, size, false)
         })
     }
 
@@ -408,6 +411,7 @@ impl Fs {
             SetAttr {
                 uid,
                 gid,
+                chown: true,
                 ..SetAttr::default()
             },
         )
@@ -431,6 +435,10 @@ impl Fs {
         mtime: Option<SetTime>,
         follow: bool,
     ) -> Result<()> {
+        // Nothing to change: Linux returns at once, without even looking the path up.
+        if atime.is_none() && mtime.is_none() {
+            return Ok(());
+        }
         self.setattr_at(
             dir,
             path,

@@ -47,19 +47,20 @@ impl Server {
                 return Err(Error::EPERM);
             }
             if uid != d.uid || gid != d.gid {
-                // As Linux does: a change of owner clears set-user-ID and set-group-ID.
-                if !d.is_dir() {
-                    mode &= !libc::S_ISUID;
-                    if mode & libc::S_IXGRP != 0 {
-                        mode &= !libc::S_ISGID;
-                    }
-                }
                 out.push(self.set32(h.ino, field::UID, uid));
                 out.push(self.set32(h.ino, field::GID, gid));
             }
         }
-        if mode != d.mode {
-            out.push(self.set32(h.ino, field::MODE, mode));
+        if a.chown || a.uid.is_some() || a.gid.is_some() {
+            // As Linux does on every chown, also to the same owner or to -1, -1 (which
+            // asks no permission).
+            mode &= !perm::privs_killed_by_chown(c, &d);
+        }
+        if a.written {
+            if self.check_writer(client, h).is_err() {
+                perm::check(c, &d, W)?;
+            }
+            mode &= !perm::privs_killed_by_write(c, &d);
         }
         for (t, f) in [(a.atime, field::ATIME), (a.mtime, field::MTIME)] {
             match t {
@@ -88,11 +89,19 @@ impl Server {
             if size > MAX_FILE_SIZE {
                 return Err(Error::EFBIG);
             }
-            perm::check(c, &d, W)?;
+            // Through a description open for writing (ftruncate), permission was checked
+            // when it was opened.
+            if !(a.through_open_file && self.check_writer(client, h).is_ok()) {
+                perm::check(c, &d, W)?;
+            }
+            mode &= !perm::privs_killed_by_write(c, &d);
             staged = self.stage_truncate(client, h.ino, &d, size, &mut out)?;
             if a.mtime.is_none() {
                 out.push(self.set64(h.ino, field::MTIME, now as u64));
             }
+        }
+        if mode != d.mode {
+            out.push(self.set32(h.ino, field::MODE, mode));
         }
         out.push(self.set64(h.ino, field::CTIME, now as u64));
         if let Err(e) = self.commit(&out, &[h.ino]) {

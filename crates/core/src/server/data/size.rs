@@ -197,12 +197,11 @@ impl Server {
         }
         let now = self.now();
         let mut extra = Vec::new();
+        // mtime and ctime, also where the size stays (ext4 and tmpfs change both).
         if !keep_size && end > d.size {
             extra.push(self.set64(h.ino, field::SIZE, end));
-            self.touch(h.ino, now, &mut extra);
-        } else {
-            extra.push(self.set64(h.ino, field::CTIME, now as u64));
         }
+        self.touch(h.ino, now, &mut extra);
         self.publish_pages(h.ino, &d, (&updates, &pages), &extra)
     }
 }
