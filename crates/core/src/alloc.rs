@@ -324,6 +324,11 @@ impl Reserved {
         self.runs.is_empty()
     }
 
+    /// How many pages (a sum over the runs, of which a client has few).
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|r| r.1).sum()
+    }
+
     pub fn pages(&self) -> impl Iterator<Item = u64> + '_ {
         self.runs
             .iter()

@@ -554,11 +554,10 @@ fn serve_slots(
             if let Err(e) = &result
                 && !is_ordinary_answer(kind, e.errno())
             {
-                log(&format!(
-                    "client {}: {kind} failed: errno {} ({e})",
-                    c.id,
-                    e.errno()
-                ));
+                let what = format!("client {}: {kind} failed: errno {} ({e})", c.id, e.errno());
+                if let Some(line) = c.log_failure(what) {
+                    log(&line);
+                }
             }
             buf.0.clear();
             wire::encode_reply(&result, buf);

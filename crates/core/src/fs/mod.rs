@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod epoch_tests;
 mod file;
+mod forks;
 mod handle_ops;
 mod metadata;
 mod open;
@@ -13,7 +14,7 @@ mod path;
 mod readdir;
 mod reserve;
 
-pub use file::{File, OpenOptions};
+pub use file::{ATOMIC_WRITE_MAX, File, OpenOptions};
 pub use metadata::Metadata;
 pub use open::Opened;
 pub(crate) use open::special_open_error;
@@ -88,6 +89,9 @@ pub(crate) struct Core {
     tight: AtomicBool,
     locks: Mutex<FastMap<u64, Arc<RangeLock>>>,
     info: MountInfo,
+    /// The fork generation of the process that made it (`forks.rs`): a forked child takes
+    /// no reserved page, and gives none back.
+    born: u64,
 }
 
 /// An open EngramFS pool. Cheap to clone; the pool is unmounted cleanly when the last clone
@@ -205,6 +209,7 @@ impl Fs {
                 tight: AtomicBool::new(false),
                 locks: Mutex::new(FastMap::default()),
                 info,
+                born: forks::generation(),
             }),
             creds: Arc::new(opts.creds.clone().unwrap_or_else(Creds::current)),
             stay_inside: false,
@@ -266,6 +271,7 @@ impl Fs {
                 tight: AtomicBool::new(false),
                 locks: Mutex::new(FastMap::default()),
                 info,
+                born: forks::generation(),
             }),
             creds: Arc::new(Creds::current()),
             stay_inside: false,
@@ -560,7 +566,11 @@ fn entry(r: Response) -> Result<(Handle, bool)> {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        let pages = std::mem::take(&mut *lock(&self.reserve));
+        let mut pages = std::mem::take(&mut *lock(&self.reserve));
+        // A forked child's copy of the list: the parent's pages, not its to give back.
+        if forks::generation() != self.born {
+            pages.clear();
+        }
         match &self.transport {
             Transport::InProcess(m) => {
                 let mut server = lock(m);

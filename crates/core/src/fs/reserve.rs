@@ -25,7 +25,7 @@ impl Fs {
     /// process writing small files one after another spent 150 µs more on each. The next
     /// `KEEP_IDLE` pages stay, so that such a process asks again only every so many files.
     pub(super) fn give_back_reservation(&self, r: &crate::daemon::Remote) -> Result<()> {
-        if !self.core.tight.load(Ordering::Relaxed) {
+        if !self.core.tight.load(Ordering::Relaxed) || self.not_forked().is_err() {
             return Ok(());
         }
         let pages = {
@@ -41,8 +41,25 @@ impl Fs {
         r.post(&Request::Unreserve { pages })
     }
 
+    /// EIO in a forked child of the process that made this `Fs` (`forks.rs`): the reserved
+    /// pages it would write into are its parent's.
+    fn not_forked(&self) -> Result<()> {
+        if super::forks::generation() == self.core.born {
+            return Ok(());
+        }
+        Err(Error::with_msg(
+            libc::EIO,
+            "this pool was opened by the parent of a fork: a forked child writes file data \
+             through a connection of its own (Fs::connect or Fs::open again)",
+        ))
+    }
+
     /// Give reserved pages back to the server.
     pub(super) fn flush_reservation(&self) -> Result<()> {
+        if self.not_forked().is_err() {
+            lock(&self.core.reserve).clear();
+            return Ok(());
+        }
         let pages = std::mem::take(&mut *lock(&self.core.reserve));
         if !pages.is_empty() {
             self.call(Request::Unreserve { pages })?;
@@ -53,6 +70,7 @@ impl Fs {
     /// `n` reserved pages into `out` (cleared first), ascending where the reservation allows.
     pub(crate) fn take_pages(&self, n: usize, out: &mut Vec<u64>) -> Result<()> {
         out.clear();
+        self.not_forked()?;
         let mut r = lock(&self.core.reserve);
         while r.len() < n {
             let want = (n - r.len()) as u64;

@@ -289,3 +289,55 @@ pub(crate) fn drop_after_connect() {
     let refused = now.mkdir("/rootonly/after", 0o755).map_err(|e| e.errno()) == Err(libc::EACCES);
     std::process::exit(if before && refused { 40 } else { 1 });
 }
+
+/// A forked child of a client writes nothing through the `Fs` it inherited: its copy of
+/// the reserved-page list is its parent's, so its bytes landed in pages the parent then
+/// committed (or, once the parent had exited, in pages the daemon had handed to another
+/// client's file; found by fuzzing the daemon). It gets EIO before copying a byte; the
+/// parent's writes and file are untouched.
+#[test]
+fn a_forked_child_does_not_write_through_its_parent_s_pool() {
+    let mut d = Daemon::start("fork-writer", 32 << 20);
+    let mut w = spawn_worker("fork-writer", &d.socket, "");
+    assert!(w.wait().unwrap().success(), "the fork-writer worker failed");
+    let fs = Fs::connect(&d.socket).unwrap();
+    assert_eq!(fs.read_file("/forked").unwrap(), vec![2u8; 8192]);
+    drop(fs);
+    d.stop();
+    check_clean(&d.pool);
+}
+
+/// `a_forked_child_does_not_write_through_its_parent_s_pool`'s worker.
+pub(crate) fn fork_writer(fs: &Fs) {
+    let f = fs
+        .open_file(
+            "/forked",
+            &OpenOptions::new().read(true).write(true).create(true),
+        )
+        .unwrap();
+    f.write_at(&[1u8; 8192], 0).unwrap();
+    // SAFETY: fork; the child makes one write through the inherited `Fs` and leaves with
+    // _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = match f.write_at(&[0xEEu8; 8192], 0) {
+            Err(e) if e.errno() == libc::EIO => 0,
+            Err(_) => 2,
+            Ok(_) => 1,
+        };
+        // SAFETY: ending the forked child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child's write was not refused with EIO (status {status:#x})"
+    );
+    f.write_at(&[2u8; 8192], 0).unwrap();
+    let mut back = vec![0u8; 8192];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), 8192);
+    assert_eq!(back, vec![2u8; 8192]);
+}

@@ -89,3 +89,37 @@ fn idle_writers_hold_little_of_a_small_pool() {
         "{written} bytes written of a pool of {blocks} data bytes"
     );
 }
+
+/// A client that keeps reserving pages without writing holds a quarter of a small pool at
+/// most (ENOSPC after that), and another client still writes. Before, it took every free
+/// page, and root's 1 MiB write got ENOSPC in an empty pool (found by fuzzing the daemon).
+#[test]
+fn one_client_cannot_reserve_the_whole_pool() {
+    use engram_core::request::{Request, Response};
+    let d = Daemon::start("reserve-hoard", 64 << 20);
+    let hoarder = Fs::connect(&d.socket).unwrap();
+    let remote = hoarder.remote().unwrap();
+    let mut held = 0u64;
+    let mut refused = false;
+    for _ in 0..1000 {
+        match remote.call(&Request::Reserve { pages: 4096 }) {
+            Ok(Response::Pages(p)) => held += p.len() as u64,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                refused = true;
+                break;
+            }
+            Ok(other) => panic!("unexpected answer {other:?}"),
+        }
+    }
+    let data_pages = hoarder.mount_info().geometry.data_pages;
+    assert!(refused, "1000 reservations were all granted");
+    assert!(
+        held <= data_pages / 4,
+        "one client holds {held} of {data_pages} pages"
+    );
+    let other = Fs::connect(&d.socket).unwrap();
+    let big = vec![5u8; 16 << 20];
+    other.write_file("/big", &big).unwrap();
+    assert_eq!(other.read_file("/big").unwrap(), big);
+}

@@ -24,6 +24,15 @@ pub(in crate::server) struct Scratch {
 /// more asks again).
 const RESERVE_SHARE: u64 = 16;
 
+/// The most reserved pages one client may hold, taken or not by writes in flight, in a pool
+/// of `data_pages`: a quarter of the pool, but room for one write's atomic step at least
+/// and for four of them and a batch at most (48 MiB; a client's threads writing 8 MiB
+/// steps at once hold a step each until they commit).
+fn held_at_most(data_pages: u64) -> u64 {
+    let step = crate::fs::ATOMIC_WRITE_MAX / PAGE;
+    (data_pages / 4).clamp(step, 4 * step + crate::request::MAX_RESERVE)
+}
+
 impl Server {
     pub(in crate::server) fn reserve(&mut self, client: ClientId, want: u64) -> Result<Response> {
         // Once little is free, a share of it rather than a whole batch: the pages a client
@@ -34,7 +43,23 @@ impl Server {
         // ENOSPC with 240 KB of data in 16 MiB (found by probing); now about a quarter.
         let holders = self.reservations.values().filter(|r| !r.is_empty()).count() as u64;
         let share = (self.alloc.data.free() / (RESERVE_SHARE * (holders + 1))).max(1);
-        let want = want.clamp(1, crate::request::MAX_RESERVE).min(share);
+        // And a bound on what one client holds in all: a client asks again only when its
+        // pages are fewer than one write needs (an atomic step, `ATOMIC_WRITE_MAX`), so it
+        // never holds more than that and a batch; one that kept asking without writing took
+        // every free page, and root's 1 MiB write got ENOSPC in an empty pool (found by
+        // fuzzing the daemon).
+        let held = self.reservations.get(&client).map_or(0, |r| r.len());
+        let room = held_at_most(self.alloc.data.len()).saturating_sub(held);
+        if room == 0 {
+            return Err(Error::with_msg(
+                libc::ENOSPC,
+                "this client already holds as many reserved pages as one may",
+            ));
+        }
+        let want = want
+            .clamp(1, crate::request::MAX_RESERVE)
+            .min(share)
+            .min(room);
         let mut pages = Vec::new();
         loop {
             self.alloc.alloc_data_pages(want, &mut pages);
