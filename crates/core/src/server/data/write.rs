@@ -26,11 +26,12 @@ const RESERVE_SHARE: u64 = 16;
 
 /// The most reserved pages one client may hold, taken or not by writes in flight, in a pool
 /// of `data_pages`: a quarter of the pool, but room for one write's atomic step at least
-/// and for four of them and a batch at most (48 MiB; a client's threads writing 8 MiB
-/// steps at once hold a step each until they commit).
+/// and for sixteen of them and a batch at most (144 MiB: a client's threads writing 8 MiB
+/// steps at once hold a step each until they commit; fio with 16 threads of 16 MiB writes
+/// runs).
 fn held_at_most(data_pages: u64) -> u64 {
     let step = crate::fs::ATOMIC_WRITE_MAX / PAGE;
-    (data_pages / 4).clamp(step, 4 * step + crate::request::MAX_RESERVE)
+    (data_pages / 4).clamp(step, 16 * step + crate::request::MAX_RESERVE)
 }
 
 impl Server {
