@@ -537,3 +537,43 @@ fn exclusive_create_races_have_one_winner() {
     assert_eq!(fs.stat("/").unwrap().nlink as usize, 2 + rounds);
     assert_clean(&fs);
 }
+
+/// A forked child of a process that opened the pool in-process changes nothing through
+/// the `Fs` it inherited: its copy of the server's state would write over the parent's in
+/// the pool they share, and its reservation list is the parent's. Its write and its create
+/// get EIO, and dropping the `Fs` leaves the pool as the parent has it (no shutdown of the
+/// copy); the parent goes on, and the pool remounts clean with the parent's data.
+#[test]
+fn a_forked_child_changes_nothing_through_its_parent_s_pool() {
+    let (p, fs) = new_fs("forked-child", 32);
+    let f = fs.open_file("/kept", &rw().create(true)).unwrap();
+    f.write_at(&[1u8; 8192], 0).unwrap();
+    // SAFETY: fork; the child uses only the inherited `Fs` and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let eio = |r: engram_core::Result<()>| matches!(r, Err(e) if e.errno() == libc::EIO);
+        let wrote = eio(f.write_at(&[0xEEu8; 8192], 0).map(drop));
+        let made = eio(fs.write_file("/child", b"x"));
+        drop(f);
+        drop(fs);
+        // SAFETY: ending the child without the parent's other destructors.
+        unsafe { libc::_exit(if wrote && made { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child's changes were not refused with EIO (status {status:#x})"
+    );
+    f.write_at(&[2u8; 4096], 4096).unwrap();
+    drop(f);
+    assert_clean(&fs);
+    let fs = remount(&p, fs);
+    let mut want = vec![1u8; 8192];
+    want[4096..].fill(2);
+    assert_eq!(fs.read_file("/kept").unwrap(), want);
+    assert!(fs.stat("/child").is_err());
+    assert_clean(&fs);
+}

@@ -315,7 +315,9 @@ impl Fs {
     /// else is left unflushed after an operation.
     pub fn write_back_pending(&self) -> Vec<(u64, u64)> {
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).write_back_pending(),
+            Transport::InProcess(m) => self
+                .server(m)
+                .map_or_else(|_| Vec::new(), |s| s.write_back_pending()),
             Transport::Remote(_) => Vec::new(),
         }
     }
@@ -371,16 +373,24 @@ impl Fs {
     pub fn unmount(self) -> Result<()> {
         self.flush_reservation()?;
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).shutdown(),
+            Transport::InProcess(m) => self.server(m)?.shutdown(),
             Transport::Remote(_) => Ok(()),
         }
     }
 
     /// Send a request to the server. In-process, with this view's credentials; through the
     /// daemon, the server uses the credentials of the connection.
+    /// The in-process server, unless this process is a fork of the one that opened the
+    /// pool (`forks.rs`): the child's copy of the server's state would write metadata over
+    /// the parent's in the pool they share (EIO).
+    fn server<'a>(&self, m: &'a Mutex<Server>) -> Result<MutexGuard<'a, Server>> {
+        self.not_forked()?;
+        Ok(lock(m))
+    }
+
     pub(crate) fn call(&self, req: Request) -> Result<Response> {
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).handle(IN_PROCESS_CLIENT, &self.creds, req),
+            Transport::InProcess(m) => self.server(m)?.handle(IN_PROCESS_CLIENT, &self.creds, req),
             Transport::Remote(r) => r.call(&req),
         }
     }
@@ -396,7 +406,8 @@ impl Fs {
     ) -> Result<()> {
         match &self.core.transport {
             Transport::InProcess(m) => {
-                lock(m).commit_write(IN_PROCESS_CLIENT, target, pages, end, check.as_ref())
+                self.server(m)?
+                    .commit_write(IN_PROCESS_CLIENT, target, pages, end, check.as_ref())
             }
             Transport::Remote(r) => r
                 .call_with(|w| {
@@ -410,7 +421,10 @@ impl Fs {
     pub(crate) fn close_handle(&self, target: Handle, write: bool) -> Result<()> {
         let last_writer = write && self.core.writers.fetch_sub(1, Ordering::AcqRel) == 1;
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).close(IN_PROCESS_CLIENT, target, write).map(drop),
+            Transport::InProcess(m) => self
+                .server(m)?
+                .close(IN_PROCESS_CLIENT, target, write)
+                .map(drop),
             // Nothing waits for a close's answer: it is posted, and the next request waits.
             Transport::Remote(r) => {
                 r.post(&Request::Close { target, write })?;
@@ -428,7 +442,8 @@ impl Fs {
     pub fn set_mapped(&self, target: Handle, on: bool) -> Result<()> {
         match &self.core.transport {
             // The server's own process makes the backing files: it can always tend them.
-            Transport::InProcess(m) => lock(m)
+            Transport::InProcess(m) => self
+                .server(m)?
                 .mapped(IN_PROCESS_CLIENT, None, target, on)
                 .map(drop),
             Transport::Remote(r) if on => r.call(&Request::Mapped { target, on }).map(drop),
@@ -456,7 +471,7 @@ impl Fs {
     /// Send an unlink; in-process, the name is not copied.
     pub(crate) fn call_unlink(&self, parent: Handle, name: &[u8], dir: bool) -> Result<()> {
         match &self.core.transport {
-            Transport::InProcess(m) => lock(m).unlink_named(&self.creds, parent, name, dir),
+            Transport::InProcess(m) => self.server(m)?.unlink_named(&self.creds, parent, name, dir),
             Transport::Remote(r) => r.call(&Request::Unlink {
                 parent,
                 name: name.to_vec(),
@@ -475,7 +490,8 @@ impl Fs {
     ) -> Result<()> {
         match &self.core.transport {
             Transport::InProcess(m) => {
-                lock(m).rename_named(&self.creds, (from, from_name), (to, to_name), flags)
+                self.server(m)?
+                    .rename_named(&self.creds, (from, from_name), (to, to_name), flags)
             }
             Transport::Remote(r) => r.call(&Request::Rename {
                 from,
@@ -503,7 +519,7 @@ impl Fs {
         open: Option<bool>,
     ) -> Result<(Handle, bool)> {
         entry(match &self.core.transport {
-            Transport::InProcess(m) => lock(m).create_named(
+            Transport::InProcess(m) => self.server(m)?.create_named(
                 IN_PROCESS_CLIENT,
                 &self.creds,
                 (parent, name),
@@ -566,11 +582,12 @@ fn entry(r: Response) -> Result<(Handle, bool)> {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        let mut pages = std::mem::take(&mut *lock(&self.reserve));
-        // A forked child's copy of the list: the parent's pages, not its to give back.
+        // A forked child's copy: the parent's reservation, and in-process the parent's
+        // server, whose shutdown would write over the parent's pool. Nothing to do.
         if forks::generation() != self.born {
-            pages.clear();
+            return;
         }
+        let pages = std::mem::take(&mut *lock(&self.reserve));
         match &self.transport {
             Transport::InProcess(m) => {
                 let mut server = lock(m);

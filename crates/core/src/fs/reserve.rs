@@ -43,14 +43,14 @@ impl Fs {
 
     /// EIO in a forked child of the process that made this `Fs` (`forks.rs`): the reserved
     /// pages it would write into are its parent's.
-    fn not_forked(&self) -> Result<()> {
+    pub(super) fn not_forked(&self) -> Result<()> {
         if super::forks::generation() == self.core.born {
             return Ok(());
         }
         Err(Error::with_msg(
             libc::EIO,
-            "this pool was opened by the parent of a fork: a forked child writes file data \
-             through a connection of its own (Fs::connect or Fs::open again)",
+            "this pool was opened by the parent of a fork: a forked child changes it through a \
+             connection of its own (Fs::connect)",
         ))
     }
 
