@@ -950,6 +950,11 @@ static void refusals(void) {
     CHECK(sendfile(ap, in, &o, 3) == -1 && errno == EINVAL);
     CHECK(close(ap) == 0);
 
+    section = "a null name beside a pool name (pjdfstest)";
+    CHECK(link(M "/src", NULL) == -1 && errno == EFAULT);
+    CHECK(rename(NULL, M "/src") == -1 && errno == EFAULT);
+    CHECK(access(M "/src", F_OK) == 0);
+
     section = "lseek past the largest file";
     CHECK(lseek(in, (off_t)1 << 62, SEEK_SET) == -1 && errno == EINVAL); /* as ext4 */
     CHECK(lseek(in, 0, SEEK_CUR) == 3); /* unmoved */
