@@ -137,6 +137,17 @@ int main(int argc, char **argv) {
     CHECK(chown(p, -1, -1) == 0 && stat(p, &c1) == 0);
     CHECK(c1.st_ctim.tv_sec * 1000000000LL + c1.st_ctim.tv_nsec >
           c0.st_ctim.tv_sec * 1000000000LL + c0.st_ctim.tv_nsec);
+    /* Someone else's chown(-1, -1) of a set-id file is a mode change: EPERM, bits kept. */
+    CHECK(chmod(p, 04755) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        drop();
+        CHECK(chown(p, -1, -1) == -1 && errno == EPERM);
+        _exit(0);
+    }
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(mode_of(p) == 04755 && chmod(p, 0755) == 0);
     /* A directory keeps them. */
     char d[512];
     snprintf(d, sizeof d, "%s/setgid-dir", argv[1]);

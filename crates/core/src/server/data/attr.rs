@@ -52,9 +52,14 @@ impl Server {
             }
         }
         if a.chown || a.uid.is_some() || a.gid.is_some() {
-            // As Linux does on every chown, also to the same owner or to -1, -1 (which
-            // asks no permission).
-            mode &= !perm::privs_killed_by_chown(c, &d);
+            // As Linux does on every chown, also to the same owner or to -1, -1. That one
+            // asks no permission, but a mode change does: someone who does not own a
+            // set-id file may not clear its bits with it (EPERM, as Linux).
+            let kill = perm::privs_killed_by_chown(c, &d);
+            if kill != 0 && !c.owns(&d) {
+                return Err(Error::EPERM);
+            }
+            mode &= !kill;
         }
         if a.written {
             if self.check_writer(client, h).is_err() {
