@@ -291,6 +291,9 @@ fn worker_entry() {
     if role == "drop-after-connect" {
         return processes::drop_after_connect();
     }
+    if role == "suid-forger" {
+        return processes::suid_forger();
+    }
     if role == "nobody-maps" {
         return mapped::nobody_maps();
     }

@@ -78,13 +78,18 @@ impl DirtyPages {
         for (start, end) in v {
             // SAFETY: ranges come from bounds-checked pool offsets rounded to
             // pages; pools are page multiples, so they lie inside the mapping.
+            // The system call itself, not libc's `msync`: in a process running the shim,
+            // that name is the shim's, whose lock a thread writing back a mapping holds
+            // while it waits for a writer that is here (a deadlock on pools in ordinary
+            // files, found in review).
             let rc = unsafe {
-                libc::msync(
-                    base.add(start as usize).cast(),
+                libc::syscall(
+                    libc::SYS_msync,
+                    base.add(start as usize),
                     (end - start) as usize,
                     libc::MS_SYNC,
                 )
-            };
+            } as i32;
             if rc != 0 && result.is_ok() {
                 result = Err(io::Error::last_os_error());
             }

@@ -419,6 +419,12 @@ impl Fs {
 
     /// Close a handle (straight to the server when it is in this process).
     pub(crate) fn close_handle(&self, target: Handle, write: bool) -> Result<()> {
+        // A forked child's copy of its parent's open file: closing it is the parent's to do
+        // (posted through the connection they share, it closed the parent's open, whose
+        // writes then failed with EBADF; found in review).
+        if self.not_forked().is_err() {
+            return Ok(());
+        }
         let last_writer = write && self.core.writers.fetch_sub(1, Ordering::AcqRel) == 1;
         match &self.core.transport {
             Transport::InProcess(m) => self

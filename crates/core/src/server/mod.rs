@@ -249,6 +249,7 @@ impl Server {
                 keep_size,
             } => {
                 self.check_writer(client, target)?;
+                self.kill_privs_for_write(client, creds, target)?;
                 self.fallocate(client, target, offset, len, keep_size)
             }
             Request::Clear {
@@ -258,6 +259,7 @@ impl Server {
                 how,
             } => {
                 self.check_writer(client, target)?;
+                self.kill_privs_for_write(client, creds, target)?;
                 self.clear_range(client, target, (offset, len), how)
             }
             Request::Reserve { pages } => self.reserve(client, pages),
@@ -267,9 +269,11 @@ impl Server {
                 pages,
                 end,
                 check,
-            } => self
-                .commit_write(client, target, &pages, end, check.as_ref())
-                .map(|()| Response::Done),
+            } => {
+                self.kill_privs_for_write(client, creds, target)?;
+                self.commit_write(client, target, &pages, end, check.as_ref())
+                    .map(|()| Response::Done)
+            }
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
             Request::Mapped { target, on } => self.mapped(client, Some(creds), target, on),

@@ -36,16 +36,29 @@ pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
     // the writes back: a write of another process or thread holds its shared side from
     // before its commit until its bytes are in the backing file, so a page that differs
     // here is a store, never a write whose copy has not landed yet (compared then, msync
-    // wrote the older bytes back over it: tests/c/mapsync.c).
+    // wrote the older bytes back over it: tests/c/mapsync.c). Without a description of its
+    // own (no /proc, no descriptor left), the mapping's: every user of it here writes back
+    // under MAPS, which this thread holds. Held a chunk at a time, so that writers of the
+    // file wait for one chunk's compares, not a whole large mapping's.
     let own = own_description(m.backing);
-    let fill = own.map(FillLock::exclusive);
-    let r = write_back_locked(m, from, to);
-    drop(fill);
+    let fd = own.unwrap_or(m.backing);
+    let mut r = Ok(());
+    let mut a = from;
+    while a < to && r.is_ok() {
+        let end = to.min(a - (a - m.addr) % PAGE + CHUNK);
+        let fill = FillLock::exclusive(fd);
+        r = write_back_locked(m, a, end);
+        drop(fill);
+        a = end;
+    }
     if let Some(fd) = own {
         crate::ownfds::close(fd);
     }
     r
 }
+
+/// How much of a mapping one hold of the fill lock writes back (1 MiB).
+const CHUNK: usize = 256 * PAGE;
 
 /// A new open file description of the file `fd` names (removed or not), at a high number.
 fn own_description(fd: libc::c_int) -> Option<libc::c_int> {

@@ -19,8 +19,11 @@ use libc::c_int;
 /// as the file reaches: between its commit and now, holding nothing, it could not keep a
 /// mapping's `msync` from taking the committed bytes not yet in the backing file for a
 /// store of older ones and writing those back over it (`tests/c/mapsync.c`, which remaps
-/// while another process writes). The call has not returned, so the write taking effect
-/// again now is one of the orders Linux allows.
+/// while another process writes). Made again only where the file no longer holds the
+/// bytes. The call has not returned, so the write taking effect again now is an order
+/// Linux allows, unless a reader saw these bytes before a later write of the same range
+/// that this undoes (found in review; it needs that write to land in the moment between
+/// this one's commit and here, while a first mapping of the file is made).
 pub fn written(of: &OpenFile, data: &[u8], off: u64) {
     if data.is_empty() {
         return;
@@ -29,7 +32,9 @@ pub fn written(of: &OpenFile, data: &[u8], off: u64) {
         let _fill = FillLock::shared(fd);
         let within = crate::io::size_of(of).map_or(0, |size| size.saturating_sub(off));
         let again = &data[..data.len().min(within as usize)];
-        if !again.is_empty() {
+        let mut now = vec![0u8; again.len()];
+        let lost = super::load(of, &mut now, off).is_ok() && now != again;
+        if lost {
             let _ = of.with_file(|f| f.write_in_place(again, off).map_err(crate::util::en));
         }
         copy_into_backing(of, fd, data, off)
