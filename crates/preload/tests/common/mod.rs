@@ -72,8 +72,14 @@ pub struct Pool {
 impl Pool {
     /// A fresh pool of `mib` MiB served by a daemon thread, and an empty scratch directory.
     pub fn new(name: &str, mib: u64) -> Pool {
+        Pool::new_in("/dev/shm", name, mib)
+    }
+
+    /// `new`, with the pool file in directory `dir` (outside tmpfs, the engine makes its
+    /// writes durable with msync).
+    pub fn new_in(dir: &str, name: &str, mib: u64) -> Pool {
         let id = format!("{}-{name}", std::process::id());
-        let pool = PathBuf::from(format!("/dev/shm/engram-preload-{id}.pool"));
+        let pool = PathBuf::from(format!("{dir}/engram-preload-{id}.pool"));
         let socket = PathBuf::from(format!("/tmp/engram-preload-{id}.sock"));
         let scratch = PathBuf::from(format!("/tmp/engram-preload-{id}"));
         let _ = std::fs::remove_file(&pool);
