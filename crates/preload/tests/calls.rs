@@ -104,7 +104,11 @@ fn c_program_via_daemon_with(name: &str, ok: &str, real_dir: bool, more: &[&str]
     if !require("gcc", "gcc") {
         return;
     }
-    let p = Pool::new(name, 64);
+    c_program_on(&Pool::new(name, 64), name, ok, real_dir, more);
+}
+
+/// `c_program_via_daemon_with` on pool `p`.
+fn c_program_on(p: &Pool, name: &str, ok: &str, real_dir: bool, more: &[&str]) {
     let exe = common::compile_c(name, &p.scratch);
     let mut c = p.command(exe.to_str().unwrap());
     c.arg(common::MOUNT);
@@ -209,18 +213,7 @@ fn msync_beside_a_write_on_a_pool_in_an_ordinary_file_finishes() {
         return;
     }
     let p = Pool::new_in("/var/tmp", "msyncfile", 64);
-    let exe = common::compile_c("msyncfile", &p.scratch);
-    let mut c = p.command(exe.to_str().unwrap());
-    c.arg(common::MOUNT);
-    let out = output(c, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("MSYNCFILE-OK"),
-        "{:?}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    p.fsck();
+    c_program_on(&p, "msyncfile", "MSYNCFILE-OK", false, &[]);
 }
 
 /// An fsx-style checker (tests/c/fsx.c) keeps a model of a file's bytes and size through
