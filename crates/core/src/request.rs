@@ -28,7 +28,8 @@ pub struct SetAttr {
     pub chown: bool,
     /// The caller is about to write the file: clear set-user-ID and set-group-ID, as Linux
     /// does for a writer without CAP_FSETID (`file_remove_privs`). Allowed to whoever holds
-    /// the file open for writing or may write it.
+    /// the file open for writing or may write it. The server does so itself before every
+    /// write's commit of a caller who is not root.
     pub written: bool,
     /// A size change through a description open for writing (ftruncate, O_TRUNC): write
     /// permission was checked when it was opened, as Linux checks it, not now.

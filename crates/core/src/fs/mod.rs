@@ -378,8 +378,6 @@ impl Fs {
         }
     }
 
-    /// Send a request to the server. In-process, with this view's credentials; through the
-    /// daemon, the server uses the credentials of the connection.
     /// The in-process server, unless this process is a fork of the one that opened the
     /// pool (`forks.rs`): the child's copy of the server's state would write metadata over
     /// the parent's in the pool they share (EIO).
@@ -388,6 +386,8 @@ impl Fs {
         Ok(lock(m))
     }
 
+    /// Send a request to the server. In-process, with this view's credentials; through the
+    /// daemon, the server uses the credentials of the connection.
     pub(crate) fn call(&self, req: Request) -> Result<Response> {
         match &self.core.transport {
             Transport::InProcess(m) => self.server(m)?.handle(IN_PROCESS_CLIENT, &self.creds, req),
@@ -405,10 +405,14 @@ impl Fs {
         check: Option<WriteCheck>,
     ) -> Result<()> {
         match &self.core.transport {
-            Transport::InProcess(m) => {
-                self.server(m)?
-                    .commit_write(IN_PROCESS_CLIENT, target, pages, end, check.as_ref())
-            }
+            Transport::InProcess(m) => self.server(m)?.commit_write(
+                IN_PROCESS_CLIENT,
+                &self.creds,
+                target,
+                pages,
+                end,
+                check.as_ref(),
+            ),
             Transport::Remote(r) => r
                 .call_with(|w| {
                     crate::wire::encode_commit_write(target, pages, end, check.as_ref(), w)
@@ -422,7 +426,7 @@ impl Fs {
         // A forked child's copy of its parent's open file: closing it is the parent's to do
         // (posted through the connection they share, it closed the parent's open, whose
         // writes then failed with EBADF; found in review).
-        if self.not_forked().is_err() {
+        if self.core.forked() {
             return Ok(());
         }
         let last_writer = write && self.core.writers.fetch_sub(1, Ordering::AcqRel) == 1;
@@ -586,11 +590,18 @@ fn entry(r: Response) -> Result<(Handle, bool)> {
     }
 }
 
+impl Core {
+    /// Whether this process is a fork of the one that made it (`forks.rs`).
+    fn forked(&self) -> bool {
+        forks::generation() != self.born
+    }
+}
+
 impl Drop for Core {
     fn drop(&mut self) {
         // A forked child's copy: the parent's reservation, and in-process the parent's
         // server, whose shutdown would write over the parent's pool. Nothing to do.
-        if forks::generation() != self.born {
+        if self.forked() {
             return;
         }
         let pages = std::mem::take(&mut *lock(&self.reserve));

@@ -25,7 +25,7 @@ impl Fs {
     /// process writing small files one after another spent 150 µs more on each. The next
     /// `KEEP_IDLE` pages stay, so that such a process asks again only every so many files.
     pub(super) fn give_back_reservation(&self, r: &crate::daemon::Remote) -> Result<()> {
-        if !self.core.tight.load(Ordering::Relaxed) || self.not_forked().is_err() {
+        if !self.core.tight.load(Ordering::Relaxed) || self.core.forked() {
             return Ok(());
         }
         let pages = {
@@ -44,7 +44,7 @@ impl Fs {
     /// EIO in a forked child of the process that made this `Fs` (`forks.rs`): the reserved
     /// pages it would write into are its parent's.
     pub(super) fn not_forked(&self) -> Result<()> {
-        if super::forks::generation() == self.core.born {
+        if !self.core.forked() {
             return Ok(());
         }
         Err(Error::with_msg(
@@ -56,7 +56,7 @@ impl Fs {
 
     /// Give reserved pages back to the server.
     pub(super) fn flush_reservation(&self) -> Result<()> {
-        if self.not_forked().is_err() {
+        if self.core.forked() {
             lock(&self.core.reserve).clear();
             return Ok(());
         }

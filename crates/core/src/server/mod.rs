@@ -269,11 +269,9 @@ impl Server {
                 pages,
                 end,
                 check,
-            } => {
-                self.kill_privs_for_write(client, creds, target)?;
-                self.commit_write(client, target, &pages, end, check.as_ref())
-                    .map(|()| Response::Done)
-            }
+            } => self
+                .commit_write(client, creds, target, &pages, end, check.as_ref())
+                .map(|()| Response::Done),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
             Request::Mapped { target, on } => self.mapped(client, Some(creds), target, on),

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::index::{self, MAX_FILE_SIZE};
 use crate::inode::{InodeData, field};
 use crate::layout::PAGE;
-use crate::request::{Request, SetAttr, WriteCheck};
+use crate::request::WriteCheck;
 use crate::server::zero_range_beyond_eof;
 use engram_pmem::Pool;
 use std::cell::RefCell;
@@ -82,7 +82,6 @@ impl File {
         if data.is_empty() {
             return Ok((0, off.unwrap_or_else(|| self.data().size)));
         }
-        self.kill_privs_for_write()?;
         let mut done = 0usize;
         let mut pos = off;
         // Where the last step ended (an append's offset is the end of its own bytes).
@@ -100,31 +99,6 @@ impl File {
             }
         }
         Ok((done, end))
-    }
-
-    /// Linux clears set-user-ID (and set-group-ID, see `perm::privs_killed_by_write`) when a
-    /// caller without CAP_FSETID writes a file: asked of the server before the write. One
-    /// load of the mode when the file has neither bit.
-    fn kill_privs_for_write(&self) -> Result<()> {
-        let core = &*self.fs.core;
-        let mode = core
-            .pool
-            .load_u32(core.geo.inode_addr(self.handle.ino) + field::MODE);
-        if mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
-            return Ok(());
-        }
-        let d = self.fs.read_inode(self.handle.ino);
-        if crate::perm::privs_killed_by_write(self.fs.creds(), &d) == 0 {
-            return Ok(());
-        }
-        self.fs.call(Request::SetAttr {
-            target: self.handle,
-            attr: SetAttr {
-                written: true,
-                ..SetAttr::default()
-            },
-        })?;
-        Ok(())
     }
 
     /// One atomic write; returns where it ended. When other processes share the pool, a

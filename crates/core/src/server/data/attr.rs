@@ -9,11 +9,12 @@ use crate::request::{Handle, Response, SetAttr, SetTime};
 use crate::server::{ClientId, Server};
 
 impl Server {
-    /// Before a change of `h`'s data by a client: clear its set-id bits as Linux does for
-    /// a writer without CAP_FSETID (`perm::privs_killed_by_write`). The client asks for it
-    /// first (`SetAttr::written`), but a client is not trusted to: one that skipped it
-    /// changed a root-owned set-user-ID file and kept the bit (found in review). Nothing for
-    /// root's writes; one look at the inode for others'.
+    /// Before a change of `h`'s data by a client (a write's commit, fallocate, a hole):
+    /// clear its set-id bits as Linux does for a writer without CAP_FSETID
+    /// (`perm::privs_killed_by_write`), here rather than at the client's asking: a client
+    /// is not trusted to (one that skipped it changed a root-owned set-user-ID file and
+    /// kept the bit, found in review), and it cost writes a load and a round trip. Nothing
+    /// for root's writes; one look at the inode for others'.
     pub(in crate::server) fn kill_privs_for_write(
         &mut self,
         client: ClientId,

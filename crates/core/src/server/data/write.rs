@@ -8,6 +8,7 @@ use crate::index::{self, MAX_FILE_SIZE};
 use crate::inode::{InodeData, field};
 use crate::layout::PAGE;
 use crate::oplog::Entry;
+use crate::perm::Creds;
 use crate::request::{Handle, Response, WriteCheck};
 use crate::server::{ClientId, Server};
 
@@ -118,6 +119,7 @@ impl Server {
     pub(crate) fn commit_write(
         &mut self,
         client: ClientId,
+        creds: &Creds,
         h: Handle,
         pages: &[(u64, u64)],
         end: u64,
@@ -127,6 +129,7 @@ impl Server {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
         }
         self.check_writer(client, h)?;
+        self.kill_privs_for_write(client, creds, h)?;
         if self.backing_pending() {
             self.retry_backing();
         }
