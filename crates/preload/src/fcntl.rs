@@ -155,25 +155,6 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     })
 }
 
-/// ioctl goes to the kernel unchanged; FIONCLEX (what Python's `os.set_inheritable` uses)
-/// makes a descriptor survive exec, so its description must be published.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
-    crate::guarded!(-1, {
-        crate::desc::refuse_spare(fd)?;
-        // SAFETY: forwarding unchanged.
-        let r = unsafe { real::ioctl(fd, req, arg) };
-        if r == 0 && (req == libc::FIONCLEX || req == libc::FIOCLEX) && table::is_ours(fd) {
-            table::set_cloexec(fd, req == libc::FIOCLEX);
-            if req == libc::FIONCLEX {
-                let _op = op();
-                table::publish_if_inheritable(fd);
-            }
-        }
-        r
-    })
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn flock(fd: c_int, op_: c_int) -> c_int {
     crate::guarded!(-1, {

@@ -36,6 +36,7 @@ pub mod glob;
 pub mod inherit;
 pub mod inotify;
 pub mod io;
+pub mod ioctl;
 pub mod lockfds;
 pub mod magicfd;
 pub mod mmap;

@@ -189,6 +189,13 @@ impl OpenFile {
         f(&g.as_ref().expect("bound above").file)
     }
 
+    /// Whether the caller owns the file or is root (Linux's `inode_owner_or_capable`).
+    pub fn owned_by_caller(&self) -> Res<bool> {
+        let fs = session::fs()?;
+        let owner = fs.stat_handle(self.handle).map_err(en)?.uid;
+        Ok(fs.creds().is_root() || fs.creds().uid == owner)
+    }
+
     /// F_SETFL: the status flags change; O_APPEND needs a file opened for appending.
     pub fn set_flags(&self, flags: c_int) -> Res<()> {
         let changeable =
@@ -197,12 +204,8 @@ impl OpenFile {
         let new = (old & !changeable) | (flags & changeable);
         // As Linux: O_NOATIME newly asked for by someone who neither owns the file nor is
         // root.
-        if new & !old & libc::O_NOATIME != 0 {
-            let fs = session::fs()?;
-            let owner = fs.stat_handle(self.handle).map_err(en)?.uid;
-            if !fs.creds().is_root() && fs.creds().uid != owner {
-                return Err(libc::EPERM);
-            }
+        if new & !old & libc::O_NOATIME != 0 && !self.owned_by_caller()? {
+            return Err(libc::EPERM);
         }
         if (old ^ new) & libc::O_APPEND != 0 && !self.is_dir {
             let fs = session::fs()?;

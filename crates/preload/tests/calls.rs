@@ -203,6 +203,16 @@ fn msync_never_writes_older_bytes_over_another_process_s_write() {
     c_program_via_daemon_with("mapsync", "MAPSYNC-OK", false, &["8000", "0"]);
 }
 
+/// ioctl on pool descriptors answers as Linux's file systems do (tests/c/ioctls.c, checked
+/// on tmpfs and ext4): FIONREAD, FIGETBSZ, FIOQSIZE, FIONBIO, clones (EOPNOTSUPP after the
+/// kernel's checks, EXDEV to or from a real file), inode flags and extended attributes,
+/// unknown requests; also on a description shared with a forked child. Before, the kernel
+/// answered for the placeholder (Node's FICLONE_FORCE copy got EINVAL, FIONREAD ENOTTY).
+#[test]
+fn ioctl_on_pool_files_answers_as_linux_file_systems_do() {
+    c_program_via_daemon("ioctls", "IOCTLS-OK", true);
+}
+
 /// A thread writing a mapped file and another msyncing its mapping, on a pool in an
 /// ordinary file (/var/tmp), where the engine makes writes durable with msync: both finish
 /// (tests/c/msyncfile.c; found in review: the engine's msync went through the shim's, and
