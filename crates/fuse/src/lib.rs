@@ -18,6 +18,7 @@
 
 mod data;
 mod error;
+mod fileattr;
 mod mount;
 mod namespace;
 mod ops;

@@ -4,7 +4,7 @@
 
 mod support;
 
-use engram_fuse::{MountError, MountOptions};
+use engram_fuse::{MountError, MountHandle, MountOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use support::*;
@@ -432,6 +432,20 @@ fn shim_test_program(s: &Scratch, name: &str) -> Option<std::path::PathBuf> {
     Some(exe)
 }
 
+/// `shim_test_program` and a mount that other users may use (allow_other), or None
+/// (after saying why).
+fn shim_test_on_a_shared_mount(
+    s: &Scratch,
+    name: &str,
+) -> Option<(std::path::PathBuf, MountHandle)> {
+    let exe = shim_test_program(s, name)?;
+    let opts = MountOptions {
+        allow_other: true,
+        ..MountOptions::default()
+    };
+    Some((exe, s.mount(&opts)?))
+}
+
 /// The shim's test of set-id bits, O_NOATIME and the times of small changes
 /// (crates/preload/tests/c/privs.c) on a mount that other users may use: a truncate by
 /// another user through its descriptor cleared no set-group-ID bit, and chown(-1, -1)
@@ -444,19 +458,33 @@ fn set_id_bits_noatime_and_times_behave_as_linux_on_a_mount() {
         return;
     }
     let s = Scratch::new("privs");
-    let Some(exe) = shim_test_program(&s, "privs") else {
-        return;
-    };
-    let opts = MountOptions {
-        allow_other: true,
-        ..MountOptions::default()
-    };
-    let Some(m) = s.mount(&opts) else {
+    let Some((exe, m)) = shim_test_on_a_shared_mount(&s, "privs") else {
         return;
     };
     sh(
         m.mount_point(),
         &format!("'{e}' \"$PWD\" | grep -q PRIVS-OK", e = exe.display()),
+    );
+}
+
+/// The shim's ioctl test (crates/preload/tests/c/ioctls.c) on a mount that other users may
+/// use: the kernel answers most requests itself; inode flags and extended attributes come
+/// to the mount (`FUSE_IOCTL`), which answered none of them (lsattr: "Inappropriate ioctl
+/// for device").
+#[test]
+fn ioctl_answers_as_linux_file_systems_do_on_a_mount() {
+    let s = Scratch::new("ioctls");
+    let Some((exe, m)) = shim_test_on_a_shared_mount(&s, "ioctls") else {
+        return;
+    };
+    let elsewhere = s.dir("elsewhere");
+    sh(
+        m.mount_point(),
+        &format!(
+            "'{e}' \"$PWD\" '{o}' | grep -q IOCTLS-OK",
+            e = exe.display(),
+            o = elsewhere.display()
+        ),
     );
 }
 
