@@ -12,6 +12,15 @@
 //! the offset) with its parent, and an exec'd image finds it by the memfd's name. Creating
 //! and mapping a memfd costs about 20 µs; most descriptions (databases open everything
 //! close-on-exec) never need one.
+//!
+//! The number a published description holds is the memfd reopened read-only, its kernel
+//! offset at the page's end (`stand_in`): a program that bypasses libc (a static binary,
+//! Go) and writes to an inherited pool descriptor gets EBADF, and one that reads gets end
+//! of file. Found by probing: with the memfd itself there, `go env > /mnt/engram/x` wrote
+//! over the state page that its parent shell shared, whose next write then failed with
+//! EBADF (or, with 200 bytes, aborted in the offset lock), and a forged page sent the
+//! shell's writes into another file. An image that inherits it maps the page through
+//! /proc/self/fd (`map_inherited`).
 
 use crate::real;
 use crate::util::{Res, errno};
@@ -212,6 +221,36 @@ pub fn placeholder(cloexec: bool) -> Res<c_int> {
     if fd < 0 { Err(errno()) } else { Ok(fd) }
 }
 
+/// The page of a description published by another image, which passed on `stand_in`'s
+/// read-only descriptor: mapped writable through a descriptor of its own for the same
+/// memfd, or, if /proc cannot give one, through `fd` itself (a memfd passed on whole).
+pub fn map_inherited(fd: c_int) -> Res<NonNull<DescState>> {
+    let path = format!("/proc/self/fd/{fd}\0");
+    // SAFETY: opening a NUL-terminated path with the real call.
+    let rw = unsafe { real::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if rw < 0 {
+        return map(fd);
+    }
+    let page = map(rw);
+    // SAFETY: closing the descriptor opened above; the mapping keeps the memfd.
+    unsafe { real::close(rw) };
+    page
+}
+
+/// The descriptor a published description's numbers become: memfd `memfd` opened again
+/// read-only, its offset at the end of the page (see the module's comment).
+fn stand_in(memfd: c_int) -> Res<c_int> {
+    let path = format!("/proc/self/fd/{memfd}\0");
+    // SAFETY: opening a NUL-terminated path with the real call.
+    let fd = unsafe { real::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: moving the offset of the descriptor opened above.
+    unsafe { real::lseek(fd, DESC_BYTES as libc::off_t, libc::SEEK_SET) };
+    Ok(fd)
+}
+
 pub fn map(fd: c_int) -> Res<NonNull<DescState>> {
     // SAFETY: mapping DESC_BYTES of a memfd that is at least that long.
     let p = unsafe {
@@ -237,7 +276,8 @@ pub unsafe fn unmap(p: *mut DescState) {
     unsafe { real::munmap(p as *mut c_void, DESC_BYTES) };
 }
 
-/// A memfd (close-on-exec) holding a copy of `from` with `path`, and its mapped page.
+/// A descriptor (close-on-exec) standing for a new memfd that holds a copy of `from` with
+/// `path`, and its mapped page.
 pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)> {
     // SAFETY: memfd_create with a NUL-terminated name.
     let fd = unsafe {
@@ -280,10 +320,19 @@ pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)
         crate::poslock::PosLock::init(&mut st.pos_lock);
         std::ptr::write_volatile(&mut st.magic, DESC_MAGIC);
     }
-    Ok((fd, page))
+    // Without /proc the memfd itself (an image it passes to could not find it anyway).
+    match stand_in(fd) {
+        Ok(stand_in) => {
+            // SAFETY: closing the memfd; the stand-in and the mapping keep it.
+            unsafe { real::close(fd) };
+            Ok((stand_in, page))
+        }
+        Err(_) => Ok((fd, page)),
+    }
 }
 
-/// Make descriptor `fd` a duplicate of the memfd `memfd`, keeping its close-on-exec flag.
+/// Make descriptor `fd` a duplicate of `memfd` (`publish`'s descriptor), keeping its
+/// close-on-exec flag.
 pub fn replace(memfd: c_int, fd: c_int) {
     // SAFETY: reading and replacing one of our own descriptors with the real calls.
     unsafe {

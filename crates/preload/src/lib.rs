@@ -81,6 +81,13 @@ extern "C" fn init() {
         cwd_env::import();
         if !inherit::nothing_inherited() {
             table::adopt_inherited();
+            // A process holding pool descriptors connects now, not at its first call: the
+            // daemon `engram run` starts leaves once it has no client, and a background job
+            // that writes its log later (`nohup cmd > /mnt/engram/log &`, whose parent
+            // exits at once) then found none and lost its output (EIO).
+            if !table::is_empty() && session::uses_or_would_use_daemon() {
+                let _ = session::fs();
+            }
         }
         stdio::adopt_std_streams();
     });

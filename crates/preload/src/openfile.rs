@@ -71,7 +71,8 @@ impl OpenFile {
     }
 
     /// Move the state into a memfd page and make every descriptor in `fds` a duplicate of
-    /// that memfd. On failure the description stays private (usable in this process).
+    /// the memfd's stand-in (`desc::publish`). On failure the description stays private
+    /// (usable in this process).
     pub(crate) fn publish(&self, fds: &[c_int]) -> Res<()> {
         if self.is_published() {
             return Ok(());
@@ -85,7 +86,7 @@ impl OpenFile {
         for &fd in fds {
             desc::replace(memfd, fd);
         }
-        // SAFETY: closing the memfd; the descriptors replaced above keep it alive.
+        // SAFETY: closing the stand-in; the descriptors replaced above keep it alive.
         unsafe { real::close(memfd) };
         self.desc.store(page.as_ptr(), Ordering::Release);
         self.published.store(true, Ordering::Release);

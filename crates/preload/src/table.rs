@@ -81,7 +81,7 @@ pub fn create(file: File, path: Vec<u8>, is_dir: bool, flags: c_int) -> Res<c_in
 
 /// Take over a description inherited through exec (its file is opened on first use).
 fn adopt(fd: c_int) -> Option<OpenFile> {
-    let desc = desc::map(fd).ok()?;
+    let desc = desc::map_inherited(fd).ok()?;
     // SAFETY: the page is mapped; the fields were written before the magic by the creator.
     let d = unsafe { desc.as_ref() };
     if d.magic != DESC_MAGIC {

@@ -203,6 +203,36 @@ fn msync_never_writes_older_bytes_over_another_process_s_write() {
     c_program_via_daemon_with("mapsync", "MAPSYNC-OK", false, &["8000", "0"]);
 }
 
+/// A program that bypasses libc (tests/c/rawio.c built static, as Go programs are) handed a
+/// pool descriptor: its writes fail with EBADF and its reads find the end of the file, and
+/// the shell sharing the descriptor goes on writing the file. Before, they reached the
+/// description's state page (found by probing Go): the shell's next write failed with
+/// EBADF, 200 bytes aborted it in the offset lock, a forged page sent its writes into
+/// another file, and reads gave the page.
+#[test]
+fn a_program_without_libc_cannot_damage_a_shared_pool_descriptor() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("rawio", 64);
+    let exe = common::compile_c_with("rawio", &p.scratch, &["-static"]);
+    let (e, m) = (exe.display(), common::MOUNT);
+    let long = "x".repeat(300);
+    let out = p.sh(&format!(
+        "exec 5>{m}/f; echo one >&5; {e} {long} >&5 2>>err; echo two >&5; exec 5>&-; \
+         {e} short > {m}/g 2>>err; echo in > {m}/h; {e} read < {m}/h 2>>err; \
+         cat {m}/f; cat err"
+    ));
+    let ebadf = format!("write errno {}", libc::EBADF);
+    assert_eq!(out.matches(&ebadf).count(), 2, "{out}");
+    assert!(
+        out.starts_with("one\ntwo\n") && out.contains("read 0\n"),
+        "{out}"
+    );
+    assert_eq!(p.sh(&format!("wc -c < {m}/g")).trim(), "0");
+    p.fsck();
+}
+
 /// ioctl on pool descriptors answers as Linux's file systems do (tests/c/ioctls.c, checked
 /// on tmpfs and ext4): FIONREAD, FIGETBSZ, FIOQSIZE, FIONBIO, clones (EOPNOTSUPP after the
 /// kernel's checks, EXDEV to or from a real file), inode flags and extended attributes,

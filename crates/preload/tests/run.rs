@@ -36,6 +36,15 @@ fn engram_run_starts_a_shared_daemon_that_exits_when_idle() {
     assert_eq!(code, 0);
     let code = engram_run::run(Some(pool.clone()), None, &["false".into()]).unwrap();
     assert_eq!(code, 1);
+    // A background job holding a pool descriptor, whose parent exits at once, writes after
+    // the daemon's idle time: it connected when it started, so the daemon stayed (found by
+    // probing: `nohup cmd > /mnt/engram/log &` lost its output with EIO).
+    let late = format!(
+        "nohup sh -c 'sleep {}; echo late' > /mnt/engram/r/late 2>/dev/null &",
+        engram_run::IDLE_EXIT.as_secs() + 2
+    );
+    let cmd: Vec<std::ffi::OsString> = ["sh", "-c", &late].iter().map(Into::into).collect();
+    assert_eq!(engram_run::run(Some(pool.clone()), None, &cmd).unwrap(), 0);
     // The daemon exits by itself once idle, leaving the pool clean.
     let socket = engram_run::socket_for(&pool);
     let t = Instant::now();
@@ -50,6 +59,7 @@ fn engram_run_starts_a_shared_daemon_that_exits_when_idle() {
     let fs = Fs::open(&pool, &Default::default()).unwrap();
     assert!(fs.mount_info().was_clean);
     assert_eq!(fs.read_file("/r/count").unwrap(), b"1000\n");
+    assert_eq!(fs.read_file("/r/late").unwrap(), b"late\n");
     assert!(fs.fsck(false).unwrap().is_clean());
     drop(fs);
     // The shell forked with pool files open: their lock files are in /dev/shm.

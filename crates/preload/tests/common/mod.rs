@@ -233,6 +233,11 @@ pub fn make_tree(root: &Path) {
 
 /// Compile tests/c/NAME.c into `dir` (gcc, with the flags the C tests share).
 pub fn compile_c(name: &str, dir: &Path) -> PathBuf {
+    compile_c_with(name, dir, &[])
+}
+
+/// `compile_c` with more arguments for gcc (`-static`).
+pub fn compile_c_with(name: &str, dir: &Path, more: &[&str]) -> PathBuf {
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let exe = dir.join(name);
     let st = Command::new("gcc")
@@ -242,6 +247,7 @@ pub fn compile_c(name: &str, dir: &Path) -> PathBuf {
             "-Wno-deprecated-declarations",
             "-D_FORTIFY_SOURCE=2",
         ])
+        .args(more)
         .args(["-pthread", "-o"])
         .arg(&exe)
         .arg(&src)
