@@ -283,7 +283,7 @@ pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)
     let fd = unsafe {
         libc::memfd_create(
             MEMFD_NAME.as_ptr() as *const libc::c_char,
-            libc::MFD_CLOEXEC,
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
         )
     };
     if fd < 0 {
@@ -296,6 +296,13 @@ pub fn publish(from: &DescState, path: &[u8]) -> Res<(c_int, NonNull<DescState>)
     };
     // SAFETY: sizing our own memfd.
     if unsafe { real::ftruncate(fd, DESC_BYTES as libc::off_t) } != 0 {
+        return fail(errno());
+    }
+    // Its size for good: a program without libc that opens /dev/stdout anew with O_TRUNC
+    // would otherwise cut the page from under every process mapping it (SIGBUS).
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: sealing our own memfd.
+    if unsafe { real::fcntl(fd, libc::F_ADD_SEALS, seals as libc::c_ulong) } != 0 {
         return fail(errno());
     }
     let page = match map(fd) {

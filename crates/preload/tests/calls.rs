@@ -208,7 +208,8 @@ fn msync_never_writes_older_bytes_over_another_process_s_write() {
 /// the shell sharing the descriptor goes on writing the file. Before, they reached the
 /// description's state page (found by probing Go): the shell's next write failed with
 /// EBADF, 200 bytes aborted it in the offset lock, a forged page sent its writes into
-/// another file, and reads gave the page.
+/// another file, and reads gave the page; the page's size is sealed, so that opening
+/// /dev/stdout anew with O_TRUNC cannot cut it from under the shell.
 #[test]
 fn a_program_without_libc_cannot_damage_a_shared_pool_descriptor() {
     if !require("gcc", "gcc") {
@@ -219,7 +220,8 @@ fn a_program_without_libc_cannot_damage_a_shared_pool_descriptor() {
     let (e, m) = (exe.display(), common::MOUNT);
     let long = "x".repeat(300);
     let out = p.sh(&format!(
-        "exec 5>{m}/f; echo one >&5; {e} {long} >&5 2>>err; echo two >&5; exec 5>&-; \
+        "exec 5>{m}/f; echo one >&5; {e} {long} >&5 2>>err; {e} trunc >&5 2>>err; \
+         echo two >&5; exec 5>&-; \
          {e} short > {m}/g 2>>err; echo in > {m}/h; {e} read < {m}/h 2>>err; \
          cat {m}/f; cat err"
     ));
@@ -227,6 +229,11 @@ fn a_program_without_libc_cannot_damage_a_shared_pool_descriptor() {
     assert_eq!(out.matches(&ebadf).count(), 2, "{out}");
     assert!(
         out.starts_with("one\ntwo\n") && out.contains("read 0\n"),
+        "{out}"
+    );
+    // Opened anew with O_TRUNC, the page would be cut from under the shell (SIGBUS).
+    assert!(
+        out.contains(&format!("trunc errno {}", libc::EPERM)),
         "{out}"
     );
     assert_eq!(p.sh(&format!("wc -c < {m}/g")).trim(), "0");

@@ -1,9 +1,11 @@
 /*
- * Built static (no libc to interpose, as a Go program): writes ARG's bytes to descriptor 1,
- * or with "read" reads descriptor 0 to its end. Prints what the system calls gave on
- * descriptor 2: "wrote N" / "write errno E", "read N" / "read errno E".
+ * Built static (no libc to interpose, as a Go program): writes ARG's bytes to descriptor 1;
+ * with "read" reads descriptor 0 to its end; with "trunc" opens /dev/stdout anew with
+ * O_TRUNC. Prints what the system calls gave on descriptor 2: "wrote N" / "write errno E",
+ * "read N" / "read errno E", "trunc opened" / "trunc errno E".
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +23,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "read errno %d\n", errno);
         else
             fprintf(stderr, "read %ld\n", total);
+        return 0;
+    }
+    if (strcmp(argv[1], "trunc") == 0) {
+        int fd = open("/dev/stdout", O_WRONLY | O_TRUNC);
+        if (fd < 0)
+            fprintf(stderr, "trunc errno %d\n", errno);
+        else
+            fprintf(stderr, "trunc opened\n");
         return 0;
     }
     ssize_t n = write(1, argv[1], strlen(argv[1]));
