@@ -24,7 +24,9 @@ pub mod server;
 pub mod sidefiles;
 pub mod wire;
 
-pub use fs::{DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Opened, Options, ReadDir};
+pub use fs::{
+    DirEntry, File, Fs, Metadata, MountInfo, OpenOptions, Opened, Options, ReadDir, Written,
+};
 pub use perm::Creds;
 pub use request::{
     Clear, Fallocate, Handle, RENAME_EXCHANGE, RENAME_NOREPLACE, SetAttr, SetTime, StatFs,

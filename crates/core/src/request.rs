@@ -238,6 +238,14 @@ pub enum Response {
         created: bool,
     },
     Pages(Vec<u64>),
+    /// A write committed (`Request::CommitWrite`): `mapped` says whether some process
+    /// mapped the file shared when the commit was made (its mapped bit, see
+    /// `Fs::set_mapped`). A writer that held no backing file's lock across its commit
+    /// learns from it whether a mapping may have missed its bytes (the shim's
+    /// `mmap/writes.rs`).
+    Committed {
+        mapped: bool,
+    },
     StatFs(StatFs),
     Fsck(crate::server::FsckReport),
     Stats(crate::server::ServerStats),

@@ -517,6 +517,10 @@ pub fn encode_reply(res: &Result<Response>, w: &mut Writer) {
             w.u64(s.checkpoints);
             w.u64(s.log_wraps);
         }
+        Ok(Response::Committed { mapped }) => {
+            w.u8(6);
+            w.u8(*mapped as u8);
+        }
     }
 }
 
@@ -573,6 +577,13 @@ pub fn decode_reply(b: &[u8]) -> Result<Response> {
             checkpoints: r.u64()?,
             log_wraps: r.u64()?,
         }),
+        6 => Response::Committed {
+            mapped: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(Error::with_msg(libc::EIO, "malformed reply")),
+            },
+        },
         _ => return Err(Error::with_msg(libc::EIO, "malformed reply")),
     };
     r.done()?;

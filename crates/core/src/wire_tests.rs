@@ -130,3 +130,46 @@ fn requests_round_trip_and_garbage_is_refused() {
     *w.0.last_mut().unwrap() = 3;
     assert!(decode_request(&w.0).is_err(), "an unknown way to clear");
 }
+
+#[test]
+fn replies_round_trip_and_garbage_is_refused() {
+    let replies = vec![
+        Ok(Response::Done),
+        Ok(Response::Entry {
+            handle: Handle {
+                ino: 9,
+                generation: 2,
+            },
+            created: true,
+        }),
+        Ok(Response::Pages(vec![4, 5, 6])),
+        Ok(Response::Committed { mapped: false }),
+        Ok(Response::Committed { mapped: true }),
+        Ok(Response::Stats(ServerStats {
+            records: 1,
+            checkpoints: 2,
+            log_wraps: 3,
+        })),
+        Err(Error::with_msg(libc::ENOSPC, "full")),
+    ];
+    for r in replies {
+        let mut w = Writer::default();
+        encode_reply(&r, &mut w);
+        assert_eq!(decode_reply(&w.0), r);
+        if r.is_ok() {
+            for cut in 0..w.0.len() {
+                assert!(decode_reply(&w.0[..cut]).is_err(), "{r:?} cut at {cut}");
+            }
+        }
+    }
+    // A commit's answer is one bit: any other byte is refused, not taken for "mapped".
+    let mut w = Writer::default();
+    encode_reply(&Ok(Response::Committed { mapped: true }), &mut w);
+    *w.0.last_mut().unwrap() = 2;
+    assert!(decode_reply(&w.0).is_err());
+    // Nothing after it either.
+    w.0.pop();
+    w.0.extend_from_slice(&[0, 0]);
+    assert!(decode_reply(&w.0).is_err());
+    assert!(decode_reply(&[200]).is_err());
+}

@@ -126,3 +126,27 @@ fn a_large_write_over_a_one_page_file_replaces_page_0() {
     let fs = remount(&p, fs);
     assert!(fs.read_file("/f").unwrap() == big);
 }
+
+/// A write says whether some process mapped the file shared when it was committed (the
+/// shim then sees to it that the mappings get its bytes): while a mapping is counted, for
+/// a write of one step and one of several, and not before or after; a write of nothing
+/// commits nothing.
+#[test]
+fn a_write_says_whether_the_file_was_mapped_at_its_commit() {
+    let (_p, fs) = new_fs("wp-mapped", 64);
+    let opts = OpenOptions::new().read(true).write(true).create(true);
+    let f = fs.open_file("/f", &opts).unwrap();
+    let h = f.handle();
+    let w = f.write_placed(b"a", Some(0)).unwrap();
+    assert_eq!((w.len, w.end, w.mapped), (1, 1, false));
+    fs.set_mapped(h, true).unwrap();
+    let w = f.write_placed(b"bc", None).unwrap();
+    assert_eq!((w.len, w.end, w.mapped), (2, 3, true));
+    let steps = vec![b'd'; 2 * engram_core::fs::ATOMIC_WRITE_MAX as usize + 5];
+    let w = f.write_in_place(&steps, 1).unwrap();
+    assert_eq!((w.len, w.mapped), (steps.len(), true));
+    assert!(!f.write_in_place(b"", 0).unwrap().mapped);
+    fs.set_mapped(h, false).unwrap();
+    assert!(!f.write_in_place(b"e", 0).unwrap().mapped);
+    assert_clean(&fs);
+}

@@ -62,11 +62,11 @@ fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
     }
     let write = || of.with_file(|f| f.write_placed(data, at).map_err(en));
     if !crate::mmap::mapped_now(of) {
-        // The common case, one load; a mapping made meanwhile gets the bytes after the
-        // commit (`written` looks again).
-        let (n, end) = write()?;
-        crate::mmap::written(of, &data[..n], end - n as u64);
-        return Ok((n, end));
+        // The common case, one load; a mapping counted by the commit meanwhile gets the
+        // bytes after it (`written`, told so by the commit's answer).
+        let w = write()?;
+        crate::mmap::written(of, &data[..w.len], w.end - w.len as u64, w.mapped);
+        return Ok((w.len, w.end));
     }
     // At an offset past the end of a mapped file: the gap between is zeroed in the
     // mappings too (`growing_write`). Appends start at the end and leave no gap.
@@ -76,9 +76,9 @@ fn placed_of(of: &OpenFile, data: &[u8], at: Option<u64>) -> Res<(usize, u64)> {
         return r;
     }
     let hold = crate::mmap::hold_for_write(of);
-    let (n, end) = write()?;
-    crate::mmap::written_held(of, hold, &data[..n], end - n as u64);
-    Ok((n, end))
+    let w = write()?;
+    crate::mmap::written_held(of, hold, &data[..w.len], w.end - w.len as u64, w.mapped);
+    Ok((w.len, w.end))
 }
 
 /// preadv2/pwritev2 flags. Those that change nothing here are accepted (every write is

@@ -31,8 +31,10 @@ const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM4");
 /// The client region's layout version is its last byte: a client and a daemon of builds
 /// with different slot layouts must refuse each other, not wait for replies in the wrong
 /// place (2: request and reply blocks split by writer; 3: the server sleeps on the wake
-/// region's word, not on the doorbells).
-const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI3");
+/// region's word, not on the doorbells; 4: a write commit is answered with
+/// `Response::Committed`, which a client of an earlier build takes for a malformed reply,
+/// and whose absence one of this build takes for one).
+const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"ENGRCLI4");
 const PAGE: usize = 4096;
 /// Places for clients (virtual memory only until one connects: about 800 KiB each).
 pub const MAX_CLIENTS: usize = 1024;

@@ -4,6 +4,8 @@
 mod sparse;
 mod write;
 
+pub use write::Written;
+
 use super::{Fs, Metadata, ReadDir};
 use crate::error::{Error, Result};
 use crate::index;
@@ -307,19 +309,20 @@ impl File {
     /// `write_at`, also returning where the written bytes end (opened for appending: the
     /// end of file they were added at, not `off`).
     pub fn write_at_end(&self, data: &[u8], off: u64) -> Result<(usize, u64)> {
-        self.write_inner(data, if self.opts.append { None } else { Some(off) })
+        let w = self.write_inner(data, if self.opts.append { None } else { Some(off) })?;
+        Ok((w.len, w.end))
     }
 
     /// Write at `off` even if the file was opened for appending (a mapping's pages written
     /// back where they belong).
-    pub fn write_in_place(&self, data: &[u8], off: u64) -> Result<usize> {
-        self.write_placed(data, Some(off)).map(|(n, _)| n)
+    pub fn write_in_place(&self, data: &[u8], off: u64) -> Result<Written> {
+        self.write_placed(data, Some(off))
     }
 
     /// Write at `Some(off)` even if the file was opened for appending, or at the end of
     /// file (`None`) even if it was not (pwritev2's `RWF_NOAPPEND` and `RWF_APPEND`);
-    /// returns how many bytes and where they end.
-    pub fn write_placed(&self, data: &[u8], at: Option<u64>) -> Result<(usize, u64)> {
+    /// returns how many bytes, where they end, and whether the file was mapped then.
+    pub fn write_placed(&self, data: &[u8], at: Option<u64>) -> Result<Written> {
         self.write_inner(data, at)
     }
 
@@ -467,9 +470,9 @@ impl File {
     pub fn write_next(&self, data: &[u8]) -> Result<usize> {
         self.with_pos(|pos| {
             let at = if self.opts.append { None } else { Some(*pos) };
-            let (n, end) = self.write_inner(data, at)?;
-            *pos = end;
-            Ok(n)
+            let w = self.write_inner(data, at)?;
+            *pos = w.end;
+            Ok(w.len)
         })
     }
 

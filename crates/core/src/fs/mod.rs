@@ -14,7 +14,7 @@ mod path;
 mod readdir;
 mod reserve;
 
-pub use file::{ATOMIC_WRITE_MAX, File, OpenOptions};
+pub use file::{ATOMIC_WRITE_MAX, File, OpenOptions, Written};
 pub use metadata::Metadata;
 pub use open::Opened;
 pub(crate) use open::special_open_error;
@@ -396,14 +396,15 @@ impl Fs {
     }
 
     /// Commit a write: `Request::CommitWrite`, with no owned copy of the page list when
-    /// the server is in this process.
+    /// the server is in this process. Returns whether some process mapped the file shared
+    /// when the commit was made (`Response::Committed`).
     pub(crate) fn commit_write(
         &self,
         target: Handle,
         pages: &[(u64, u64)],
         end: u64,
         check: Option<WriteCheck>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         match &self.core.transport {
             Transport::InProcess(m) => self.server(m)?.commit_write(
                 IN_PROCESS_CLIENT,
@@ -417,7 +418,10 @@ impl Fs {
                 .call_with(|w| {
                     crate::wire::encode_commit_write(target, pages, end, check.as_ref(), w)
                 })
-                .map(drop),
+                .and_then(|r| match r {
+                    Response::Committed { mapped } => Ok(mapped),
+                    _ => Err(Error::EIO),
+                }),
         }
     }
 

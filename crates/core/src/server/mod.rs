@@ -271,7 +271,7 @@ impl Server {
                 check,
             } => self
                 .commit_write(client, creds, target, &pages, end, check.as_ref())
-                .map(|()| Response::Done),
+                .map(|mapped| Response::Committed { mapped }),
             Request::Open { target, write } => self.open_handle(client, creds, target, write),
             Request::Close { target, write } => self.close(client, target, write),
             Request::Mapped { target, on } => self.mapped(client, Some(creds), target, on),

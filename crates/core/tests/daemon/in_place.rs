@@ -247,7 +247,10 @@ fn a_stale_copy_of_the_last_page_does_not_undo_an_append_made_in_place() {
             in_place: vec![(0, q)],
         }),
     };
-    assert!(matches!(send(&a, &appended), Ok(Response::Done)));
+    assert!(matches!(
+        send(&a, &appended),
+        Ok(Response::Committed { mapped: false })
+    ));
     let mut want = vec![b'a'; 100];
     want.extend_from_slice(&[b'X'; 100]);
     assert_eq!(a.read_file("/f").unwrap(), want);

@@ -6,12 +6,18 @@ use super::{Daemon, spawn_worker};
 use engram_core::{Fs, OpenOptions};
 use std::time::Duration;
 
-#[test]
-fn the_mapped_bit_follows_every_clients_mappings() {
-    let d = Daemon::start("mapped", 16 << 20);
+/// A daemon, two clients of it, and file /f written by the first.
+fn two_clients(name: &str) -> (Daemon, Fs, Fs) {
+    let d = Daemon::start(name, 16 << 20);
     let a = Fs::connect(&d.socket).unwrap();
     let b = Fs::connect(&d.socket).unwrap();
     a.write_file("/f", b"x").unwrap();
+    (d, a, b)
+}
+
+#[test]
+fn the_mapped_bit_follows_every_clients_mappings() {
+    let (_d, a, b) = two_clients("mapped");
     let fa = a
         .open_file("/f", &OpenOptions::new().read(true).write(true))
         .unwrap();
@@ -37,6 +43,27 @@ fn the_mapped_bit_follows_every_clients_mappings() {
     let mut stale = h;
     stale.generation += 1;
     assert!(a.set_mapped(stale, true).is_err());
+    drop((fa, fb));
+}
+
+/// A client's write commit says whether another client mapped the file shared at that
+/// moment (`Response::Committed`; in-process, `write_path.rs`).
+#[test]
+fn a_commit_says_whether_another_client_mapped_the_file() {
+    let (_d, a, b) = two_clients("mapped-commit");
+    let rw = OpenOptions::new().read(true).write(true);
+    let fa = a.open_file("/f", &rw).unwrap();
+    let fb = b.open_file("/f", &rw).unwrap();
+    let h = fa.handle();
+    assert!(!fb.write_placed(b"1", Some(0)).unwrap().mapped);
+    a.set_mapped(h, true).unwrap();
+    let w = fb.write_placed(b"22", Some(0)).unwrap();
+    assert_eq!((w.len, w.end, w.mapped), (2, 2, true));
+    // Posted: the next call of `a` waits until the server has taken it.
+    a.set_mapped(h, false).unwrap();
+    assert!(a.statfs().is_ok());
+    assert!(!fb.write_placed(b"3", Some(0)).unwrap().mapped);
+    assert_eq!(b.read_file("/f").unwrap(), b"32");
     drop((fa, fb));
 }
 

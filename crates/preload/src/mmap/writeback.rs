@@ -16,8 +16,8 @@ fn put_back(of: &OpenFile, data: &[u8], off: u64) -> Res<()> {
     if !of.writable() {
         return Err(libc::EBADF);
     }
-    let n = of.with_file(|f| f.write_in_place(data, off).map_err(en))?;
-    written(of, &data[..n], off);
+    let w = of.with_file(|f| f.write_in_place(data, off).map_err(en))?;
+    written(of, &data[..w.len], off, w.mapped);
     Ok(())
 }
 

@@ -31,6 +31,20 @@ struct WriteScratch {
     in_place: Vec<(u64, u64)>,
 }
 
+/// What a write did (`File::write_placed`, `File::write_in_place`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// How many bytes were written.
+    pub len: usize,
+    /// Where they end (for an append, the end of file they were added at).
+    pub end: u64,
+    /// Some process mapped the file shared when one of the write's commits was made
+    /// (`Response::Committed`): a writer that held none of the mappings' locks across its
+    /// commits sees to it that they get its bytes (the shim's `mmap/writes.rs`). False for
+    /// a write of nothing.
+    pub mapped: bool,
+}
+
 /// Whether page `pg` of a write at `off` gets a fresh copy: holes, and pages whose visible
 /// bytes change. With other processes holding the file open for writing (`copy_all`),
 /// every page is copied: bytes beyond the end of file are only ours while this process
@@ -75,35 +89,47 @@ impl File {
     /// steps: if a later step fails (ENOSPC, EFBIG, …) the steps before it stay written and
     /// their length is returned (a short write, as POSIX has it); the error is returned
     /// only when nothing was written.
-    pub(super) fn write_inner(&self, data: &[u8], off: Option<u64>) -> Result<(usize, u64)> {
+    pub(super) fn write_inner(&self, data: &[u8], off: Option<u64>) -> Result<Written> {
         if !self.opts.write {
             return Err(Error::EBADF);
         }
         if data.is_empty() {
-            return Ok((0, off.unwrap_or_else(|| self.data().size)));
+            let end = off.unwrap_or_else(|| self.data().size);
+            return Ok(Written {
+                len: 0,
+                end,
+                mapped: false,
+            });
         }
         let mut done = 0usize;
         let mut pos = off;
         // Where the last step ended (an append's offset is the end of its own bytes).
         let mut end = 0;
+        let mut mapped = false;
         while done < data.len() {
             let n = (data.len() - done).min(ATOMIC_WRITE_MAX as usize);
             match self.write_chunk(&data[done..done + n], pos) {
-                Ok(e) => {
+                Ok((e, m)) => {
                     done += n;
                     end = e;
+                    mapped |= m;
                     pos = pos.map(|_| e);
                 }
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),
             }
         }
-        Ok((done, end))
+        Ok(Written {
+            len: done,
+            end,
+            mapped,
+        })
     }
 
-    /// One atomic write; returns where it ended. When other processes share the pool, a
-    /// commit that raced with another process's write is refused and redone.
-    fn write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
+    /// One atomic write; returns where it ended, and whether the file was mapped at its
+    /// commit (`Written::mapped`). When other processes share the pool, a commit that raced
+    /// with another process's write is refused and redone.
+    fn write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<(u64, bool)> {
         let mut again_after_enospc = self.fs.pool_is_shared();
         loop {
             match self.try_write_chunk(data, off) {
@@ -122,7 +148,7 @@ impl File {
         }
     }
 
-    fn try_write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<u64> {
+    fn try_write_chunk(&self, data: &[u8], off: Option<u64>) -> Result<(u64, bool)> {
         // This thread's lists, unless it is already using them (or is exiting).
         let r = SCRATCH.try_with(|c| {
             c.try_borrow_mut()
@@ -135,7 +161,12 @@ impl File {
         }
     }
 
-    fn write_with(&self, s: &mut WriteScratch, data: &[u8], off: Option<u64>) -> Result<u64> {
+    fn write_with(
+        &self,
+        s: &mut WriteScratch,
+        data: &[u8],
+        off: Option<u64>,
+    ) -> Result<(u64, bool)> {
         let fs = &self.fs;
         let core = &*fs.core;
         let shared = fs.pool_is_shared();
@@ -243,11 +274,13 @@ impl File {
                 format!("writing file data back to the pool failed: {e}"),
             ));
         }
-        if let Err(e) = fs.commit_write(self.handle, &s.updates, end, check) {
-            fs.untake_pages(s.fresh.iter().copied());
-            return Err(e);
+        match fs.commit_write(self.handle, &s.updates, end, check) {
+            Ok(mapped) => Ok((end, mapped)),
+            Err(e) => {
+                fs.untake_pages(s.fresh.iter().copied());
+                Err(e)
+            }
         }
-        Ok(end)
     }
 
     /// The data pages (0 for a hole) of pages `first..last` into `s.old`, as of the inode

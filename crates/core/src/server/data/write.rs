@@ -115,7 +115,8 @@ impl Server {
     }
 
     /// `Request::CommitWrite`, also called directly (with no owned list of pages) by a
-    /// client in this process.
+    /// client in this process. Returns whether some process mapped the file shared when the
+    /// commit was made (its mapped bit, `Response::Committed`).
     pub(crate) fn commit_write(
         &mut self,
         client: ClientId,
@@ -124,7 +125,7 @@ impl Server {
         pages: &[(u64, u64)],
         end: u64,
         check: Option<&WriteCheck>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         if self.closed {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
         }
@@ -170,7 +171,10 @@ impl Server {
             Some(c) => self.commit_checked(client, h, &d, pages, end, c),
             None => self.commit_pages(h, &d, pages, end),
         };
-        if committed.is_ok() && self.shared.mapped.contains(h.ino) {
+        // The load that decides whether a write-back waits also answers the writer: no
+        // other request runs between the commit and it.
+        let mapped = committed.is_ok() && self.shared.mapped.contains(h.ino);
+        if mapped {
             // A write-back of this file's mappings waits until its copy has had time to
             // reach the backing file (`backing.rs`'s `take_fill_lock`).
             self.mapped_writes.insert(h.ino, std::time::Instant::now());
@@ -181,7 +185,7 @@ impl Server {
                 .or_default()
                 .insert(data_pages);
         }
-        committed
+        committed.map(|()| mapped)
     }
 
     /// Map `pages` into the file and set its size to at least `end`: a write commit whose
