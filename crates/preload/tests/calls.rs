@@ -263,6 +263,20 @@ fn msync_beside_a_write_on_a_pool_in_an_ordinary_file_finishes() {
     c_program_on(&p, "msyncfile", "MSYNCFILE-OK", false, &[]);
 }
 
+/// A thread msyncing a mapping in a tight loop, on a pool in an ordinary file, does not
+/// keep another thread's writes to that file waiting: no write sees more than a few msyncs
+/// finish while it is in its call (tests/c/msyncfair.c; counts, not times. Found in review:
+/// the fill lock keeps no queue, and the msyncing thread took it again before the woken
+/// writer ran, 1,780 writes in 60 s against 20,000 msyncs.)
+#[test]
+fn msync_in_a_loop_does_not_starve_a_write_on_a_pool_in_an_ordinary_file() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new_in("/var/tmp", "msyncfair", 64);
+    c_program_on(&p, "msyncfair", "MSYNCFAIR-OK", false, &["200", "6"]);
+}
+
 /// An fsx-style checker (tests/c/fsx.c) keeps a model of a file's bytes and size through
 /// random reads, writes, vectored I/O, O_APPEND writes through a second descriptor,
 /// truncates, fallocate's modes, copy_file_range, SEEK_DATA/SEEK_HOLE, reopens and

@@ -22,33 +22,46 @@ impl FillLock {
     /// the writers in flight to finish), so that a stream of overlapping writes, each
     /// holding `AT` shared, cannot keep the exclusive side away for ever.
     const GATE: off_t = Self::AT + 1;
+    /// Held shared by a writer that found the gate taken, while it waits there; an
+    /// exclusive taker waits until nobody holds it before it takes the gate. The lock
+    /// keeps no queue: a thread writing a mapping back in a loop (`msync` after `msync`)
+    /// gave the gate up and took it again before a woken writer ran, and on a pool in an
+    /// ordinary file, where each write-back waits for the pool's own `msync`, another
+    /// thread made 1,780 writes in 60 s against 20,000 `msync`s. Taken only by writers that
+    /// wait: a stream of writers that find the gate free never holds the exclusive side off.
+    const WAITING: off_t = Self::AT + 2;
 
     fn set(fd: c_int, kind: c_int) {
         Self::set_at(fd, kind, Self::AT);
     }
 
     fn set_at(fd: c_int, kind: c_int, at: off_t) {
+        // Retried when a signal interrupts the wait; any other failure (not expected on a
+        // descriptor we hold) lets the copy go ahead unlocked.
+        while Self::request(fd, libc::F_OFD_SETLKW, kind, at) != 0 && errno() == libc::EINTR {}
+    }
+
+    /// Take byte `at` as `kind` if nobody holds it otherwise, without waiting.
+    fn try_at(fd: c_int, kind: c_int, at: off_t) -> bool {
+        Self::request(fd, libc::F_OFD_SETLK, kind, at) == 0
+    }
+
+    /// One OFD lock request `cmd` on byte `at`: the call's result.
+    fn request(fd: c_int, cmd: c_int, kind: c_int, at: off_t) -> c_int {
         // SAFETY: plain data, for which all zeros is a valid value.
         let mut l: libc::flock = unsafe { std::mem::zeroed() };
         l.l_type = kind as libc::c_short;
         l.l_whence = libc::SEEK_SET as libc::c_short;
         l.l_start = at;
         l.l_len = 1;
-        // Retried when a signal interrupts the wait; any other failure (not expected on a
-        // descriptor we hold) lets the copy go ahead unlocked.
         // SAFETY: an OFD lock request on our own descriptor with a valid flock struct.
-        while unsafe {
-            real::fcntl(
-                fd,
-                libc::F_OFD_SETLKW,
-                &mut l as *mut libc::flock as libc::c_ulong,
-            )
-        } != 0
-            && errno() == libc::EINTR
-        {}
+        unsafe { real::fcntl(fd, cmd, &mut l as *mut libc::flock as libc::c_ulong) }
     }
 
     pub(super) fn exclusive(fd: c_int) -> FillLock {
+        // Writers waiting at the gate go first (`WAITING`): taken and given up at once.
+        Self::set_at(fd, libc::F_WRLCK, Self::WAITING);
+        Self::set_at(fd, libc::F_UNLCK, Self::WAITING);
         Self::set_at(fd, libc::F_WRLCK, Self::GATE);
         Self::set(fd, libc::F_WRLCK);
         FillLock(fd)
@@ -59,11 +72,18 @@ impl FillLock {
         FillLock(fd)
     }
 
-    /// `AT` shared, through the gate.
+    /// `AT` shared, through the gate (saying so while it waits there, `WAITING`).
     pub(super) fn take_shared(fd: c_int) {
-        Self::set_at(fd, libc::F_RDLCK, Self::GATE);
+        let waits = !Self::try_at(fd, libc::F_RDLCK, Self::GATE);
+        if waits {
+            Self::set_at(fd, libc::F_RDLCK, Self::WAITING);
+            Self::set_at(fd, libc::F_RDLCK, Self::GATE);
+        }
         Self::set(fd, libc::F_RDLCK);
         Self::set_at(fd, libc::F_UNLCK, Self::GATE);
+        if waits {
+            Self::set_at(fd, libc::F_UNLCK, Self::WAITING);
+        }
     }
 
     /// Give up `AT` and, if held, the gate.
