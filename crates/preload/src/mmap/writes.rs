@@ -152,11 +152,10 @@ pub fn mapped_now(of: &OpenFile) -> bool {
 
 /// Take a `WriteHold` before writing to `of`'s file, if some process maps it now.
 pub fn hold_for_write(of: &OpenFile) -> Option<WriteHold> {
-    let h = of.handle();
-    if reentered() || !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
+    if reentered() {
         return None;
     }
-    let fd = open_existing_backing(&backing_name(h).ok()?)?;
+    let fd = backing_now(of.handle())?;
     FillLock::take_shared(fd);
     Some(WriteHold { fd })
 }
