@@ -260,6 +260,17 @@ fn ioctl_on_pool_files_answers_as_linux_file_systems_do() {
     c_program_via_daemon("ioctls", "IOCTLS-OK", true);
 }
 
+/// copy_file_range and sendfile refuse what Linux refuses, in its order (tests/c/xfer.c,
+/// checked on tmpfs and ext4): an overlapping copy within one file, a pipe, socket or device
+/// at either end of copy_file_range and a directory (EISDIR), offsets that wrap
+/// (EOVERFLOW), a sendfile input that is not a regular file (EINVAL) or cannot seek with an
+/// offset (ESPIPE). Before, the shim copied: an overlapping copy went ahead, a pipe was read
+/// (an empty one blocked for ever) or written.
+#[test]
+fn copy_file_range_and_sendfile_refuse_what_linux_refuses() {
+    c_program_via_daemon("xfer", "XFER-OK", true);
+}
+
 /// A thread writing a mapped file and another msyncing its mapping, on a pool in an
 /// ordinary file (/var/tmp), where the engine makes writes durable with msync: both finish
 /// (tests/c/msyncfile.c; found in review: the engine's msync went through the shim's, and

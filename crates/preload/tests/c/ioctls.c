@@ -27,14 +27,6 @@
 
 static char dir[4096], other[4096];
 
-static char *in(const char *base, const char *name) {
-    static char bufs[4][4096];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, 4096, "%s/%s", base, name);
-    return b;
-}
-
 /* The answers that depend on the file and the description's offset. */
 static void sizes(int fd, int dirfd) {
     int n = -1;
@@ -54,10 +46,10 @@ static void sizes(int fd, int dirfd) {
 }
 
 static void clones(int a, int b, int dirfd) {
-    int ro = open(in(dir, "a"), O_RDONLY | O_CLOEXEC);
-    int ap = open(in(dir, "b"), O_WRONLY | O_APPEND | O_CLOEXEC);
-    int path = open(in(dir, "a"), O_PATH | O_CLOEXEC);
-    int elsewhere = open(in(other, "x"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int ro = open(joined(dir, "a"), O_RDONLY | O_CLOEXEC);
+    int ap = open(joined(dir, "b"), O_WRONLY | O_APPEND | O_CLOEXEC);
+    int path = open(joined(dir, "a"), O_PATH | O_CLOEXEC);
+    int elsewhere = open(joined(other, "x"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     CHECK(ro >= 0 && ap >= 0 && path >= 0 && elsewhere >= 0);
     FAILS(ioctl(b, FICLONE, a), EOPNOTSUPP);
     struct file_clone_range r = {.src_fd = a, .src_length = 4096};
@@ -86,7 +78,7 @@ static void clones(int a, int b, int dirfd) {
     close(ap);
     close(path);
     close(elsewhere);
-    unlink(in(other, "x"));
+    unlink(joined(other, "x"));
 }
 
 static void attributes(int fd, int dirfd) {
@@ -137,10 +129,10 @@ int main(int argc, char **argv) {
     strcpy(dir, argv[1]);
     strcpy(other, argv[2]);
     setvbuf(stdout, NULL, _IONBF, 0);
-    int a = open(in(dir, "a"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int b = open(in(dir, "b"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    CHECK(mkdir(in(dir, "d"), 0755) == 0 || errno == EEXIST);
-    int dirfd = open(in(dir, "d"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int a = open(joined(dir, "a"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int b = open(joined(dir, "b"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(mkdir(joined(dir, "d"), 0755) == 0 || errno == EEXIST);
+    int dirfd = open(joined(dir, "d"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     CHECK(a >= 0 && b >= 0 && dirfd >= 0);
     char buf[10000];
     memset(buf, 'x', sizeof buf);
@@ -151,7 +143,7 @@ int main(int argc, char **argv) {
     descriptor_flags(a);
     /* A description a forked child shares (through the shim, published to a memfd): the
      * same answers, for the offset the two share. */
-    int shared = open(in(dir, "a"), O_RDWR);
+    int shared = open(joined(dir, "a"), O_RDWR);
     CHECK(shared >= 0);
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -169,7 +161,7 @@ int main(int argc, char **argv) {
     close(a);
     close(b);
     close(dirfd);
-    CHECK(unlink(in(dir, "a")) == 0 && unlink(in(dir, "b")) == 0 && rmdir(in(dir, "d")) == 0);
+    CHECK(unlink(joined(dir, "a")) == 0 && unlink(joined(dir, "b")) == 0 && rmdir(joined(dir, "d")) == 0);
     printf("IOCTLS-OK\n");
     return 0;
 }
