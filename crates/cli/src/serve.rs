@@ -12,7 +12,9 @@ pub struct Args {
     /// Unix socket to listen on (default: the pool's path with `.sock` appended)
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Exit after this many seconds without any client
+    /// Exit after this many seconds without any client, once no process maps the pool
+    /// either (a client's forked child that has not connected yet: then look again after as
+    /// long)
     #[arg(long, value_name = "SECONDS")]
     pub idle_exit: Option<u64>,
     /// Do not log each client's connection and departure (`engram run` starts its daemon

@@ -186,8 +186,12 @@ fn a_client_mapping_keeps_exclusive_openers_out_until_it_goes() {
     let tmp = TempPath::new("/dev/shm", "client");
     drop(Pool::create(&tmp.0, 4096).unwrap());
     let client = Pool::open(&tmp.0).unwrap();
-    client.hold_as_client().unwrap();
     let other = Pool::open(&tmp.0).unwrap();
+    assert!(!other.held_by_client().unwrap());
+    client.hold_as_client().unwrap();
+    // Seen from another description (a daemon's), not from the holder's own.
+    assert!(other.held_by_client().unwrap());
+    assert!(!client.held_by_client().unwrap());
     let e = other.try_lock_exclusive().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ResourceBusy);
     assert!(e.to_string().contains("still mapped by a client"), "{e}");
@@ -205,7 +209,9 @@ fn a_client_mapping_keeps_exclusive_openers_out_until_it_goes() {
     second.hold_as_client().unwrap();
     drop(client);
     assert!(other.try_lock_exclusive().is_err());
+    assert!(other.held_by_client().unwrap());
     drop(second);
+    assert!(!other.held_by_client().unwrap());
     other.try_lock_exclusive().unwrap();
 }
 

@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub socket: PathBuf,
-    /// Exit after this long with no client (the daemons `engram run` starts).
+    /// Exit after this long with no client (the daemons `engram run` starts), once no
+    /// process maps the pool either (a client's forked child that has not connected yet
+    /// holds the client lock its parent took: then look again after as long).
     pub idle_exit: Option<Duration>,
     /// Log each client's connection and departure. A daemon started for one command
     /// (`engram run`) leaves them out: a build would add two lines per process.
@@ -370,6 +372,9 @@ fn run_loop(
     // Idle means: no client connected, and none that sent a request for `idle_exit` (a
     // client that connects and leaves without a request, such as a probe, does not count).
     let mut last_client = Instant::now();
+    // Whether this idle stretch has logged that a process without a connection keeps the
+    // daemon (once per stretch).
+    let mut said_staying = false;
     let mut active: FastSet<ClientId> = FastSet::default();
     // Reply and request buffers, reused by every request.
     let mut buf = (Writer::default(), Vec::new());
@@ -428,14 +433,43 @@ fn run_loop(
         }
         let idle_deadline = match idle_exit {
             Some(d) if clients.list.is_empty() => {
-                let at = last_client + d;
+                let mut at = last_client + d;
                 if Instant::now() >= at {
-                    log("idle with no clients: exiting");
-                    break;
+                    // A process may map the pool without being a client yet: a client's
+                    // forked child connects on its first call of its own, maybe after its
+                    // parent left. It holds the client lock its parent took (inherited
+                    // with the descriptor); while any process does, the daemon stays, and
+                    // looks again after another idle period.
+                    match server.pool().held_by_client() {
+                        Ok(true) => {
+                            if !said_staying {
+                                said_staying = true;
+                                log("idle with no clients, but a process still maps the pool \
+                                     (a client's child that has not connected yet, say): \
+                                     staying until none does");
+                            }
+                            last_client = Instant::now();
+                            at = last_client + d;
+                        }
+                        Ok(false) => {
+                            log("idle with no clients: exiting");
+                            break;
+                        }
+                        Err(e) => {
+                            log(&format!(
+                                "idle with no clients: exiting (cannot tell whether a process \
+                                 still maps the pool: {e})"
+                            ));
+                            break;
+                        }
+                    }
                 }
                 Some(at)
             }
-            _ => None,
+            _ => {
+                said_staying = false;
+                None
+            }
         };
         if let Some(client_here) =
             serve_slots(server, sh, &mut clients, &mut buf, &mut active, &idle, log)

@@ -70,6 +70,26 @@ fn an_idle_daemon_sleeps_with_and_without_clients() {
     assert_eq!(fs.read_file("/after-sleep").unwrap(), b"x");
 }
 
+/// Removes a pool file however the test ends.
+struct Remove(std::path::PathBuf);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A new 16 MiB pool for test `name` and the path of a socket to serve it on (none there).
+fn scratch_pool(name: &str) -> (std::path::PathBuf, std::path::PathBuf, Remove) {
+    let id = std::process::id();
+    let pool = std::path::PathBuf::from(format!("/dev/shm/engram-daemon-{id}-{name}.pool"));
+    let socket = std::path::PathBuf::from(format!("/tmp/engram-daemon-{id}-{name}.sock"));
+    let _ = std::fs::remove_file(&pool);
+    let _ = std::fs::remove_file(&socket);
+    Fs::mkfs(&pool, 16 << 20).unwrap();
+    (pool.clone(), socket, Remove(pool))
+}
+
 /// A daemon stopped by a bare flag (`serve`, for embedders) wakes every 200 ms to look at
 /// it; each of those wake-ups finds no request and sleeps again at once, without scanning
 /// the slots for the window that follows a request.
@@ -77,25 +97,7 @@ fn an_idle_daemon_sleeps_with_and_without_clients() {
 fn a_daemon_polling_its_stop_flag_sleeps_again_at_once() {
     use engram_core::daemon::{ServeOptions, serve};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let pool = std::path::PathBuf::from(format!(
-        "/dev/shm/engram-daemon-{}-flag.pool",
-        std::process::id()
-    ));
-    let socket = std::path::PathBuf::from(format!(
-        "/tmp/engram-daemon-{}-flag.sock",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&pool);
-    let _ = std::fs::remove_file(&socket);
-    Fs::mkfs(&pool, 16 << 20).unwrap();
-    /// Removes the pool however the test ends.
-    struct Remove(std::path::PathBuf);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-    let _pool_file = Remove(pool.clone());
+    let (pool, socket, _pool_file) = scratch_pool("flag");
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let (p, s, st) = (pool.clone(), socket.clone(), stop.clone());
     let thread = std::thread::spawn(move || {
@@ -128,4 +130,89 @@ fn a_daemon_polling_its_stop_flag_sleeps_again_at_once() {
     drop(fs);
     stop.store(true, Ordering::SeqCst);
     thread.join().unwrap().unwrap();
+}
+
+/// A daemon with `idle_exit` (`engram run`'s) stays while a process maps the pool without
+/// being connected, as a client's forked child does before its first call of its own (it
+/// holds the client lock of the description it inherited), and exits once none does.
+/// Before, it exited once the last client left, and such a child's later calls failed with
+/// EIO (no daemon) while nobody could open the pool (still mapped by a stopped daemon's
+/// client).
+#[test]
+fn an_idle_daemon_stays_while_a_process_still_maps_the_pool() {
+    use engram_core::daemon::{ServeOptions, Stop, serve_until};
+    use std::sync::{Arc, Mutex};
+    let (pool, socket, _pool_file) = scratch_pool("held");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let said = |what: &str| lines.lock().unwrap().iter().any(|l| l.contains(what));
+    let stop = Arc::new(Stop::new());
+    let (p, s, st, l) = (pool.clone(), socket.clone(), stop.clone(), lines.clone());
+    let thread = std::thread::spawn(move || {
+        let opts = ServeOptions {
+            socket: s,
+            idle_exit: Some(Duration::from_secs(1)),
+            log_clients: true,
+        };
+        serve_until(&p, &opts, &st, &|line| {
+            eprintln!("daemon: {line}");
+            l.lock().unwrap().push(line.to_owned());
+        })
+    });
+    /// Stops the daemon if the test fails before it exits by itself.
+    struct StopOnDrop(Arc<Stop>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let _stop = StopOnDrop(stop);
+    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    while !socket.exists() && !thread.is_finished() && std::time::Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let fs = Fs::connect(&socket).unwrap();
+    fs.write_file("/kept", b"x").unwrap();
+    // A second open file description of the pool file with the client lock, as a client's
+    // forked child holds it (it shares its parent's description) after the parent left.
+    let child = engram_pmem::Pool::open(&pool).unwrap();
+    child.hold_as_client().unwrap();
+    drop(fs);
+    // Past the idle period it stays, and says why.
+    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    while !said("staying") && !thread.is_finished() && std::time::Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !thread.is_finished() && said("staying"),
+        "the daemon left while the pool was mapped: {:?}",
+        lines.lock().unwrap()
+    );
+    // Still serving: a client comes and goes.
+    let fs = Fs::connect(&socket).unwrap();
+    assert_eq!(fs.read_file("/kept").unwrap(), b"x");
+    drop(fs);
+    // Once the last mapping goes, the next idle period ends it.
+    drop(child);
+    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    while !thread.is_finished() && std::time::Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        thread.is_finished(),
+        "the daemon did not exit: {:?}",
+        lines.lock().unwrap()
+    );
+    thread.join().unwrap().unwrap();
+    assert!(said("idle with no clients: exiting"));
+    // It said it stays once per idle stretch (two: before and after the second client).
+    let staying = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("staying"))
+        .count();
+    assert!((1..=2).contains(&staying), "{:?}", lines.lock().unwrap());
+    // And the pool can be opened again: no client of a stopped daemon maps it.
+    let again = engram_pmem::Pool::open(&pool).unwrap();
+    again.try_lock_exclusive().unwrap();
 }

@@ -44,15 +44,22 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Set (`kind`) or clear (F_UNLCK) the open-file-description lock on byte 0 of the pool
-/// file that marks a daemon client's mapping (`Pool::hold_as_client`).
-fn client_lock(file: &File, kind: libc::c_int, wait: bool) -> io::Result<()> {
-    // SAFETY: a zeroed flock is a valid value for the fields not set below.
+/// A lock of `kind` on byte 0 of the pool file, the byte a daemon client's lock covers.
+fn first_byte(kind: libc::c_int) -> libc::flock {
+    // SAFETY: a zeroed flock is a valid value for the fields not set below (l_pid must be 0
+    // for an open-file-description lock).
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = kind as libc::c_short;
     l.l_whence = libc::SEEK_SET as libc::c_short;
     l.l_start = 0;
     l.l_len = 1;
+    l
+}
+
+/// Set (`kind`) or clear (F_UNLCK) the open-file-description lock on byte 0 of the pool
+/// file that marks a daemon client's mapping (`Pool::hold_as_client`).
+fn client_lock(file: &File, kind: libc::c_int, wait: bool) -> io::Result<()> {
+    let mut l = first_byte(kind);
     let cmd = if wait {
         libc::F_OFD_SETLKW
     } else {
@@ -69,6 +76,18 @@ fn client_lock(file: &File, kind: libc::c_int, wait: bool) -> io::Result<()> {
             return Err(e);
         }
     }
+}
+
+/// Whether an open file description other than `file`'s holds a lock on byte 0 of the file
+/// that a write lock there would conflict with: a client's (`client_lock`).
+fn client_lock_held(file: &File) -> io::Result<bool> {
+    let mut l = first_byte(libc::F_WRLCK);
+    // SAFETY: fcntl on a descriptor owned by `file` with a local struct flock, which it
+    // overwrites with the conflicting lock (or F_UNLCK for none).
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(l.l_type != libc::F_UNLCK as libc::c_short)
 }
 
 /// An exclusive `flock` on `file`, taken only while no daemon client maps it
@@ -283,6 +302,14 @@ impl Pool {
         self.file
             .as_ref()
             .map_or(Ok(()), |f| client_lock(f, libc::F_RDLCK, true))
+    }
+
+    /// Whether a process still maps the pool as a daemon client (`hold_as_client`) through
+    /// an open file description other than this one: a client, or a forked child of one,
+    /// which inherits its parent's description and so the lock, even before it has spoken
+    /// to the daemon itself. Always false for anonymous pools.
+    pub fn held_by_client(&self) -> io::Result<bool> {
+        self.file.as_ref().map_or(Ok(false), client_lock_held)
     }
 
     /// Take a shared `flock` on the backing file without blocking.

@@ -18,7 +18,9 @@ pub const DEFAULT_POOL: &str = "/dev/shm/engram-demo.pool";
 pub const DEFAULT_MOUNT: &str = "/mnt/engram";
 /// Size of the pool `engram run` creates when the default one is missing (as `engram demo`).
 pub const DEFAULT_POOL_SIZE: u64 = 256 << 20;
-/// A daemon started by `engram run` exits after this long without clients.
+/// A daemon started by `engram run` exits after this long without clients, once no process
+/// maps the pool either (a client's forked child that has not made a call of its own yet:
+/// the daemon then looks again after as long).
 pub const IDLE_EXIT: Duration = Duration::from_secs(5);
 const LIBRARY: &str = "libengram_preload.so";
 
