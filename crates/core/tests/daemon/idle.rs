@@ -150,7 +150,9 @@ fn an_idle_daemon_stays_while_a_process_still_maps_the_pool() {
     let thread = std::thread::spawn(move || {
         let opts = ServeOptions {
             socket: s,
-            idle_exit: Some(Duration::from_secs(1)),
+            // Long enough for the connect below on a loaded machine (the idle period runs
+            // from the start until a client comes).
+            idle_exit: Some(Duration::from_secs(3)),
             log_clients: true,
         };
         serve_until(&p, &opts, &st, &|line| {
