@@ -181,11 +181,16 @@ pub fn remove_lock_files(pool: &Path) {
     engram_core::sidefiles::remove_all(pool);
 }
 
-/// Run with a time limit (a hung program is killed and the test fails).
+/// Run with a time limit (a hung program and what it started are killed and the test
+/// fails).
 pub fn output(mut c: Command, limit: Duration) -> Output {
+    use std::os::unix::process::CommandExt;
+    // A group of its own, so that a timeout ends the processes it started too: they hold
+    // the output's pipes, and the read below would wait for them for good.
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
     let mut child = c.spawn().expect("spawn");
     let t = Instant::now();
     loop {
@@ -193,7 +198,8 @@ pub fn output(mut c: Command, limit: Duration) -> Output {
             return child.wait_with_output().unwrap();
         }
         if t.elapsed() > limit {
-            let _ = child.kill();
+            // SAFETY: signalling the process group made for the child above.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let out = child.wait_with_output().unwrap();
             panic!(
                 "timed out after {limit:?}\n--- stdout\n{}\n--- stderr\n{}",
