@@ -213,6 +213,14 @@ fn msync_of_a_mapping_made_again_and_again_never_writes_older_bytes_over_a_write
     c_program_via_daemon_with("mapsync", "MAPSYNC-OK", false, &["40000", "50"]);
 }
 
+/// mremap of a whole shared writable mapping (tests/c/mapresize.c, checked on tmpfs and
+/// ext4): grown after the file (Python's mmap.resize), shrunk, kept, moved; stores reach
+/// the file. Before, it failed with ENOMEM (found by probing Python).
+#[test]
+fn a_shared_mapping_resized_with_mremap_keeps_its_stores() {
+    c_program_via_daemon("mapresize", "MAPRESIZE-OK", false);
+}
+
 /// A program that bypasses libc (tests/c/rawio.c built static, as Go programs are) handed a
 /// pool descriptor: its writes fail with EBADF and its reads find the end of the file, and
 /// the shell sharing the descriptor goes on writing the file. Before, they reached the

@@ -341,6 +341,48 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     })
 }
 
+/// `mremap` of a shared mapping of ours (None: none there). A whole mapping grows,
+/// shrinks or moves (`MREMAP_MAYMOVE`) as the kernel's does, its tail written back first
+/// when it shrinks; Python's `mmap.resize` does so after truncating the file, and failed
+/// with ENOMEM before (found by probing). Part of a mapping, `MREMAP_FIXED` or
+/// `MREMAP_DONTUNMAP`: ENOMEM, as before (the bookkeeping would have to split it).
+fn remap_shared(
+    addr: *mut c_void,
+    old: size_t,
+    new: size_t,
+    flags: c_int,
+) -> Option<Res<*mut c_void>> {
+    let (a, end) = (addr as usize, (addr as usize).saturating_add(old));
+    let mut maps = maps();
+    let i = maps
+        .iter()
+        .position(|m| m.addr < end && a < m.addr + m.len)?;
+    let m = &maps[i];
+    if m.addr != a || m.len != old || new == 0 || flags & !libc::MREMAP_MAYMOVE != 0 {
+        return Some(Err(libc::ENOMEM));
+    }
+    // Shrinking: the part cut off is written back first. Growing: the backing file is
+    // filled from the file as far as the mapping reaches, as for a mapping that joins it
+    // (its pages past the end would fault, and read as zeros they would be written back
+    // over the file's bytes as stores).
+    let ready = if new < old {
+        writeback::write_back(m, a + new, end)
+    } else {
+        prepare_backing(&m.of, m.backing, false, m.off + new as u64)
+    };
+    if let Err(e) = ready {
+        return Some(Err(e));
+    }
+    // SAFETY: the caller's mapping, resized as it asked.
+    let p = unsafe { real::mremap(addr, old, new, flags, std::ptr::null_mut()) };
+    if p == libc::MAP_FAILED {
+        return Some(Err(crate::util::errno()));
+    }
+    maps[i].addr = p as usize;
+    maps[i].len = new;
+    Some(Ok(p))
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mremap(
     addr: *mut c_void,
@@ -352,14 +394,17 @@ pub unsafe extern "C" fn mremap(
     crate::guarded!(libc::MAP_FAILED, {
         // Under the operation guard, as every other taking of MAPS: a fork waits for it,
         // so no child starts with the lock held.
-        let ours = NMAPS.load(Ordering::Acquire) != 0 && !reentered() && {
+        if NMAPS.load(Ordering::Acquire) != 0 && !reentered() {
             let _op = op();
-            let (a, end) = (addr as usize, (addr as usize).saturating_add(old));
-            maps().iter().any(|m| m.addr < end && a < m.addr + m.len)
-        };
-        if ours {
-            crate::util::set_errno(libc::ENOMEM);
-            return Ok(libc::MAP_FAILED);
+            if let Some(r) = remap_shared(addr, old, new, flags) {
+                return Ok(match r {
+                    Ok(p) => p,
+                    Err(e) => {
+                        crate::util::set_errno(e);
+                        libc::MAP_FAILED
+                    }
+                });
+            }
         }
         if copies::any() && !reentered() {
             // Moved onto a copy, that copy is gone.
