@@ -225,12 +225,9 @@ pub fn placeholder(cloexec: bool) -> Res<c_int> {
 /// read-only descriptor: mapped writable through a descriptor of its own for the same
 /// memfd, or, if /proc cannot give one, through `fd` itself (a memfd passed on whole).
 pub fn map_inherited(fd: c_int) -> Res<NonNull<DescState>> {
-    let path = format!("/proc/self/fd/{fd}\0");
-    // SAFETY: opening a NUL-terminated path with the real call.
-    let rw = unsafe { real::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-    if rw < 0 {
+    let Ok(rw) = crate::util::reopen(fd, libc::O_RDWR) else {
         return map(fd);
-    }
+    };
     let page = map(rw);
     // SAFETY: closing the descriptor opened above; the mapping keeps the memfd.
     unsafe { real::close(rw) };
@@ -240,18 +237,13 @@ pub fn map_inherited(fd: c_int) -> Res<NonNull<DescState>> {
 /// The descriptor a published description's numbers become: memfd `memfd` opened again
 /// read-only, its offset at the end of the page (see the module's comment).
 fn stand_in(memfd: c_int) -> Res<c_int> {
-    let path = format!("/proc/self/fd/{memfd}\0");
-    // SAFETY: opening a NUL-terminated path with the real call.
-    let fd = unsafe { real::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(errno());
-    }
+    let fd = crate::util::reopen(memfd, libc::O_RDONLY)?;
     // SAFETY: moving the offset of the descriptor opened above.
     unsafe { real::lseek(fd, DESC_BYTES as libc::off_t, libc::SEEK_SET) };
     Ok(fd)
 }
 
-pub fn map(fd: c_int) -> Res<NonNull<DescState>> {
+fn map(fd: c_int) -> Res<NonNull<DescState>> {
     // SAFETY: mapping DESC_BYTES of a memfd that is at least that long.
     let p = unsafe {
         real::mmap(

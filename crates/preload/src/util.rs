@@ -191,6 +191,15 @@ pub fn warn(msg: &str) {
 /// shim's own descriptors are kept at or above it, where a daemon connection keeps its own.
 pub const HIGH_FD: c_int = engram_core::daemon::MIN_FD;
 
+/// A new open file description (close-on-exec) of the file descriptor `fd` refers to,
+/// opened with `flags` through /proc/self/fd (removed files and memfds included).
+pub fn reopen(fd: c_int, flags: c_int) -> Res<c_int> {
+    let path = format!("/proc/self/fd/{fd}\0");
+    // SAFETY: opening a NUL-terminated path with the real call.
+    let new = unsafe { crate::real::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC, 0) };
+    if new < 0 { Err(errno()) } else { Ok(new) }
+}
+
 /// Move one of the shim's own descriptors to `HIGH_FD` or above (close-on-exec), and
 /// register it as the shim's own (`ownfds`: close it with `ownfds::close`).
 pub fn move_high(fd: c_int) -> c_int {

@@ -257,6 +257,13 @@ unsafe fn offset_at<'a>(p: *mut off_t) -> Option<&'a mut off_t> {
     unsafe { p.as_mut() }
 }
 
+/// An offset the checks made non-negative, as the u64 `copy` moves.
+fn unsigned(o: &mut off_t) -> &mut u64 {
+    debug_assert!(*o >= 0);
+    // SAFETY: same size and alignment; a non-negative off_t read as u64 is the same number.
+    unsafe { &mut *(o as *mut off_t as *mut u64) }
+}
+
 /// The checks Linux's `copy_file_range` makes, in its order (`generic_copy_file_checks`,
 /// then `rw_verify_area` for each end), on `n` bytes from `pos_in` of `src` to `pos_out` of
 /// `dst`: the count left to copy, cut to the input's end. Two files, one of them ours, on
@@ -337,17 +344,12 @@ pub unsafe extern "C" fn copy_file_range(
             if count == 0 {
                 return Ok(0);
             }
-            // The checks made both offsets non-negative.
-            let as_u64 = |o: &'_ mut off_t| -> &'_ mut u64 {
-                // SAFETY: a non-negative off_t read as u64 is the same number.
-                unsafe { &mut *(o as *mut off_t as *mut u64) }
-            };
             copy(
                 fin,
-                oin.map(as_u64),
+                oin.map(unsigned),
                 Some(pos_in as u64),
                 fout,
-                oout.map(as_u64),
+                oout.map(unsigned),
                 count.min(usize::MAX as u64) as usize,
             )
         })
@@ -388,12 +390,9 @@ fn sendfile_ours(out: c_int, inp: c_int, off: Option<&mut off_t>, n: size_t) -> 
         }
     }
     // Into a pipe the input is read as it is spliced; anything else is written to through
-    // a pipe the kernel keeps, from an input that seeks. (Only an output of the kernel's
-    // with O_APPEND needs a look at what it is.)
-    if dst.appends() && (dst.ours.is_some() || dst.kind()? != libc::S_IFIFO) {
-        return Err(libc::EINVAL);
-    }
-    if !seeks && (dst.ours.is_some() || dst.kind()? != libc::S_IFIFO) {
+    // a pipe the kernel keeps, from an input that seeks, and not appended to. (Only then
+    // does an output of the kernel's need a look at what it is.)
+    if (dst.appends() || !seeks) && (dst.ours.is_some() || dst.kind()? != libc::S_IFIFO) {
         return Err(libc::EINVAL);
     }
     if count == 0 {
@@ -403,11 +402,7 @@ fn sendfile_ours(out: c_int, inp: c_int, off: Option<&mut off_t>, n: size_t) -> 
         return Err(libc::EINVAL);
     }
     let start = seeks.then_some(pos as u64);
-    let at = off.map(|o| {
-        // SAFETY: the checks made the offset non-negative, and read as u64 it is the same.
-        unsafe { &mut *(o as *mut off_t as *mut u64) }
-    });
-    copy(inp, at, start, out, None, count as usize)
+    copy(inp, off.map(unsigned), start, out, None, count as usize)
 }
 
 macro_rules! sendfiles {

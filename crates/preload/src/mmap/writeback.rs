@@ -2,7 +2,6 @@
 //! and giving mappings up.
 
 use super::backing::{FillLock, reopen_backing};
-use super::writes::written;
 use super::{Mapping, NMAPS, PAGE, load, maps, reentered};
 use crate::real;
 use crate::session::{self, op};
@@ -11,13 +10,14 @@ use crate::util::{Res, en, guard};
 use std::sync::atomic::Ordering;
 
 /// Write a mapping's bytes back to the file at `off`, where they belong even on a
-/// descriptor opened for appending, and into the backing file's other users' view.
+/// descriptor opened for appending. Nothing else: the bytes came from the backing file,
+/// which every mapping shows, and the fill lock held exclusively keeps any other write-back
+/// from comparing meanwhile.
 fn put_back(of: &OpenFile, data: &[u8], off: u64) -> Res<()> {
     if !of.writable() {
         return Err(libc::EBADF);
     }
-    let w = of.with_file(|f| f.write_in_place(data, off).map_err(en))?;
-    written(of, &data[..w.len], off, w.mapped);
+    of.with_file(|f| f.write_in_place(data, off).map_err(en))?;
     Ok(())
 }
 
@@ -62,10 +62,9 @@ const CHUNK: usize = 256 * PAGE;
 
 /// A new open file description of the file `fd` names (removed or not), at a high number.
 fn own_description(fd: libc::c_int) -> Option<libc::c_int> {
-    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("digits");
-    // SAFETY: opening a path we built with the real call.
-    let own = unsafe { real::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-    (own >= 0).then(|| crate::util::move_high(own))
+    crate::util::reopen(fd, libc::O_RDWR)
+        .ok()
+        .map(crate::util::move_high)
 }
 
 /// `write_back`'s compares and writes, the fill lock held.
