@@ -99,6 +99,10 @@ pub unsafe extern "C" fn syscall(
                 libc::SYS_dup2 => c_long::from(crate::open::dup2(fd, b as c_int)),
                 libc::SYS_dup3 => c_long::from(crate::open::dup3(fd, b as c_int, c as c_int)),
                 libc::SYS_getdents64 => crate::dirs::getdents64(fd, b as *mut c_void, n_) as c_long,
+                libc::SYS_sendfile => {
+                    crate::xfer::sendfile(fd, b as c_int, c as *mut libc::off_t, d as size_t)
+                        as c_long
+                }
                 libc::SYS_copy_file_range => crate::xfer::copy_file_range(
                     fd,
                     b as *mut libc::off_t,

@@ -266,8 +266,7 @@ fn unsigned(o: &mut off_t) -> &mut u64 {
 
 /// The checks Linux's `copy_file_range` makes, in its order (`generic_copy_file_checks`,
 /// then `rw_verify_area` for each end), on `n` bytes from `pos_in` of `src` to `pos_out` of
-/// `dst`: the count left to copy, cut to the input's end. Two files, one of them ours, on
-/// two file systems are copied where Linux gives EXDEV (see docs/compatibility.md).
+/// `dst`: the count left to copy, cut to the input's end.
 fn copy_checks(src: &End, pos_in: i64, dst: &End, pos_out: i64, n: u64) -> Res<u64> {
     let (kin, kout) = (src.kind()?, dst.kind()?);
     if kin == libc::S_IFDIR || kout == libc::S_IFDIR {
@@ -278,6 +277,12 @@ fn copy_checks(src: &End, pos_in: i64, dst: &End, pos_out: i64, n: u64) -> Res<u
     }
     if !src.readable() || !dst.writable() || dst.appends() {
         return Err(libc::EBADF);
+    }
+    // Two file systems (the pool and another): Linux copies only within one, or between
+    // two of a kind whose driver copies itself (NFS, CIFS); `cp` then reads and writes.
+    // (Before 2026-11-27 the shim copied.)
+    if src.ours.is_some() != dst.ours.is_some() {
+        return Err(libc::EXDEV);
     }
     // Offsets that wrap with the count (as unsigned numbers).
     if (pos_in as u64).checked_add(n).is_none() || (pos_out as u64).checked_add(n).is_none() {

@@ -7,7 +7,10 @@
  * offsets that wrap (EOVERFLOW) or are negative (EINVAL); sendfile refuses an input that is
  * not a regular file (EINVAL: a pipe, a socket, a directory) and an offset on an input that
  * cannot seek (ESPIPE). Through the shim such calls were reads and writes: a pipe was read
- * (an empty one blocked for ever), an overlapping copy went ahead.
+ * (an empty one blocked for ever), an overlapping copy went ahead. copy_file_range between
+ * DIR and OTHER_DIR, two file systems, is EXDEV (after the kinds and modes, before the
+ * offsets, also for a count of 0), where the shim copied; sendfile between them copies. A
+ * raw syscall(SYS_sendfile) is sendfile.
  *
  * Usage: xfer DIR OTHER_DIR   (OTHER_DIR outside DIR, another file system through the shim).
  * Prints XFER-OK.
@@ -19,6 +22,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -169,6 +173,43 @@ static void copy_ends_of_other_kinds(int a, int b, int dirfd, int realdir) {
         CHECK(close(fds[k]) == 0);
 }
 
+/* Between the two file systems: copy_file_range is EXDEV, sendfile copies. */
+static void across_file_systems(int a, int b) {
+    int r = open(joined(other, "r"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rro = open(joined(other, "r"), O_RDONLY | O_CLOEXEC);
+    int ro = open(joined(dir, "b"), O_RDONLY | O_CLOEXEC);
+    CHECK(r >= 0 && rro >= 0 && ro >= 0 && write(r, "real", 4) == 4);
+    off_t i = -1, o = 0;
+    const struct refusal cases[] = {
+        REFUSED(a, r, 10, 0, EXDEV),
+        REFUSED(r, b, 10, 0, EXDEV),
+        REFUSED(r, b, 0, 0, EXDEV),
+        /* The modes first. */
+        REFUSED(a, rro, 10, 0, EBADF),
+        REFUSED(r, ro, 10, 0, EBADF),
+    };
+    refused(cases, sizeof cases / sizeof *cases);
+    FAILS(copy_file_range(a, &i, r, &o, 10, 0), EXDEV); /* before the offsets */
+    struct stat st;
+    CHECK(fstat(r, &st) == 0 && st.st_size == 4);
+    /* sendfile, and the raw system call, copy either way (at the output's position). */
+    CHECK(lseek(r, 0, SEEK_SET) == 0);
+    o = 0;
+    CHECK(sendfile(r, a, &o, 26) == 26 && o == 26);
+    o = 26;
+    CHECK(syscall(SYS_sendfile, r, a, &o, 4) == 4 && o == 30);
+    char got[30];
+    CHECK(pread(r, got, sizeof got, 0) == 30 && memcmp(got, "abcdefghijklmnopqrstuvwxyzabcd", 30) == 0);
+    CHECK(lseek(r, 0, SEEK_SET) == 0 && lseek(b, 0, SEEK_SET) == 0);
+    CHECK(syscall(SYS_sendfile, b, r, NULL, 30) == 30 && lseek(r, 0, SEEK_CUR) == 30);
+    CHECK(pread(b, got, sizeof got, 0) == 30 && memcmp(got, "abcdefghijklmnopqrstuvwxyzabcd", 30) == 0);
+    CHECK(ftruncate(b, 0) == 0 && lseek(b, 0, SEEK_SET) == 0);
+    close(r);
+    close(rro);
+    close(ro);
+    CHECK(unlink(joined(other, "r")) == 0);
+}
+
 static void copy_offsets(int a, int b) {
     off_t i, o;
     int ro = open(joined(dir, "b"), O_RDONLY | O_CLOEXEC);
@@ -313,6 +354,7 @@ int main(int argc, char **argv) {
     unchanged(a);
     copy_ends_of_other_kinds(a, b, dirfd, realdir);
     copy_offsets(a, b);
+    across_file_systems(a, b);
     sendfile_ends(a, b, dirfd, realdir);
     unchanged(a);
     close(a);
