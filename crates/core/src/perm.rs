@@ -50,6 +50,19 @@ impl Creds {
     pub fn owns(&self, ino: &InodeData) -> bool {
         self.is_root() || self.uid == ino.uid
     }
+
+    /// The three bits (rwx) of `mode` that apply to this user: the owner's, the group's or
+    /// the others', for a file of owner `uid` and group `gid`.
+    pub fn class_bits(&self, uid: u32, gid: u32, mode: u32) -> u32 {
+        let bits = if self.uid == uid {
+            mode >> 6
+        } else if self.in_group(gid) {
+            mode >> 3
+        } else {
+            mode
+        };
+        bits & 7
+    }
 }
 
 /// Check `want` (a combination of R, W, X) against the inode's mode bits.
@@ -61,14 +74,7 @@ pub fn check(c: &Creds, ino: &InodeData, want: u32) -> Result<()> {
         }
         return Err(Error::EACCES);
     }
-    let bits = if c.uid == ino.uid {
-        ino.mode >> 6
-    } else if c.in_group(ino.gid) {
-        ino.mode >> 3
-    } else {
-        ino.mode
-    } & 7;
-    if bits & want == want {
+    if c.class_bits(ino.uid, ino.gid, ino.mode) & want == want {
         Ok(())
     } else {
         Err(Error::EACCES)

@@ -268,6 +268,17 @@ fn ioctl_on_pool_files_answers_as_linux_file_systems_do() {
     c_program_via_daemon("ioctls", "IOCTLS-OK", true);
 }
 
+/// A read-only shared mapping through a descriptor opened read-only shows the file's later
+/// writes (the process's own, another descriptor's, a child's, a growing write and a
+/// truncate), as on Linux (tests/c/romap.c, checked on tmpfs and ext4); mprotect to
+/// writable is EACCES; a user who may not write the file still maps it. Before, such a
+/// mapping was a copy taken at mmap time: a read-only SQLite connection or LMDB
+/// environment with mmap read stale pages.
+#[test]
+fn read_only_shared_mappings_show_later_writes() {
+    c_program_via_daemon("romap", "ROMAP-OK", false);
+}
+
 /// copy_file_range and sendfile refuse what Linux refuses, in its order (tests/c/xfer.c,
 /// checked on tmpfs and ext4): an overlapping copy within one file, a pipe, socket or device
 /// at either end of copy_file_range and a directory (EISDIR), offsets that wrap

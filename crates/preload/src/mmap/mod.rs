@@ -181,6 +181,18 @@ fn shared(of: &Arc<OpenFile>, call: MapCall) -> Res<*mut c_void> {
     }
 }
 
+/// Whether this process may write the file of `of` by its mode (the pool has no ACLs),
+/// with the credentials the pool checks it by: a backing file it makes is then one that
+/// other processes and the server trust (`sidefiles::map_file_trusted`).
+fn may_write(of: &OpenFile) -> bool {
+    let Ok(fs) = session::fs() else {
+        return false;
+    };
+    let c = fs.creds();
+    of.with_file(|f| f.metadata().map_err(en))
+        .is_ok_and(|m| c.is_root() || c.class_bits(m.uid, m.gid, m.mode) & 0o2 != 0)
+}
+
 /// Gives mappings up when dropped (after the call that replaced them).
 struct Forget(Vec<Mapping>);
 
@@ -228,17 +240,21 @@ macro_rules! mmaps {
                 if of.is_dir() {
                     return Err(libc::ENODEV);
                 }
-                // A read-only shared mapping of a file opened for writing joins the backing
-                // file, so that the process's writes show in it (SQLite maps its database
-                // read-only and writes it with pwrite); of a file opened read-only (rustc's
-                // and ripgrep's maps) it stays a copy of the file at mmap time, without a
-                // file in /dev/shm or a round trip to count it.
+                // A read-only shared mapping joins the backing file too, so that writes
+                // show in it as they do on Linux (SQLite maps its database read-only and
+                // writes it with pwrite; a read-only SQLite connection or LMDB
+                // environment maps it through a descriptor opened read-only, and read
+                // stale pages from a copy before 2026-11-27). Only a process that may
+                // write the file makes a backing file that others trust; one that may
+                // not maps a copy of the file at mmap time.
                 // The mapping's type is a field of the flags, not a bit: MAP_PRIVATE (2)
                 // shares a bit with MAP_SHARED_VALIDATE (3).
                 let kind = flags & libc::MAP_TYPE;
                 let is_shared = kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE;
                 let call = MapCall { addr, len, prot, flags, off: off as u64 };
-                if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
+                if is_shared
+                    && (prot & libc::PROT_WRITE != 0 || of.writable() || may_write(&of))
+                {
                     shared(&of, call)
                 } else {
                     copies::snapshot(&of, call, is_shared)
