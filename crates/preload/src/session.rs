@@ -26,7 +26,18 @@ pub fn generation() -> u64 {
     FORK_GEN.load(Ordering::Acquire)
 }
 
+/// Bumped before every `fork` of this process: a mapping made before a fork is mapped by a
+/// child too, whose stores the kernel records in the child's page tables, not this
+/// process's (`mmap/dirty.rs`).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process has begun a `fork` (see `FORKS`).
+pub fn forks() -> u64 {
+    FORKS.load(Ordering::Acquire)
+}
+
 pub fn before_fork() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
     crate::real::resolve_exec();
     // First: a thread waiting here holds nothing a spawning thread's own fork needs.
     crate::spawn::before_fork();

@@ -221,6 +221,20 @@ fn a_shared_mapping_resized_with_mremap_keeps_its_stores() {
     c_program_via_daemon("mapresize", "MAPRESIZE-OK", false);
 }
 
+/// msync writes back the pages this process stored to, as the kernel records them, and
+/// only those (tests/c/mapdirty.c, checked on tmpfs and ext4 without the white-box parts):
+/// stores reach the file after msync, munmap and exit; a page of the backing file changed
+/// without a store (written straight into /dev/shm, as another process's write whose copy
+/// is late leaves it) is not written back over the file's bytes, as it was before, when
+/// msync compared every page; a forked child's stores to its parent's mapping still reach
+/// the file through the parent's msync; mappings moved with mremap or whose protection
+/// changed write their stores back, and are recorded again after a whole msync; stores
+/// refused for want of space are written at the next msync.
+#[test]
+fn msync_writes_back_the_pages_this_process_stored_to() {
+    c_program_via_daemon_with("mapdirty", "MAPDIRTY-OK", false, &["shim"]);
+}
+
 /// A program that bypasses libc (tests/c/rawio.c built static, as Go programs are) handed a
 /// pool descriptor: its writes fail with EBADF and its reads find the end of the file, and
 /// the shell sharing the descriptor goes on writing the file. Before, they reached the

@@ -26,6 +26,7 @@ use writeback::{detach, forget, write_back};
 
 mod backing;
 mod copies;
+mod dirty;
 mod writeback;
 mod writes;
 
@@ -54,6 +55,8 @@ struct Mapping {
     born: u64,
     /// Counted by the daemon for this process (`Fs::set_mapped`): given up when forgotten.
     counted: bool,
+    /// Which pages this process stored to since they were last written back (`dirty.rs`).
+    tracking: dirty::Tracking,
 }
 
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
@@ -158,6 +161,7 @@ fn shared(of: &Arc<OpenFile>, call: MapCall) -> Res<*mut c_void> {
     });
     match mapped {
         Ok(p) => {
+            let tracking = dirty::Tracking::new(p as usize, len, writable);
             maps().push(Mapping {
                 addr: p as usize,
                 len,
@@ -169,6 +173,7 @@ fn shared(of: &Arc<OpenFile>, call: MapCall) -> Res<*mut c_void> {
                 unreadable: prot == libc::PROT_NONE,
                 born: session::generation(),
                 counted: true,
+                tracking,
             });
             NMAPS.fetch_add(1, Ordering::AcqRel);
             Ok(p)
@@ -276,8 +281,8 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
         let r = guard(-1, || {
             let _op = op();
             let a = addr as usize;
-            for m in maps().iter() {
-                write_back(m, a, a.saturating_add(len))?;
+            for m in maps().iter_mut() {
+                write_back(m, a, a.saturating_add(len), true)?;
             }
             Ok(0)
         });
@@ -331,6 +336,7 @@ fn protect_shared(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
         for m in maps.iter_mut().filter(|m| hit(m)) {
             m.writable |= writes;
             m.unreadable |= prot == libc::PROT_NONE;
+            m.tracking.unsure();
         }
     }
     r
@@ -373,7 +379,7 @@ fn remap_shared(
     let i = maps
         .iter()
         .position(|m| m.addr < end && a < m.addr + m.len)?;
-    let m = &maps[i];
+    let m = &mut maps[i];
     if m.addr != a || m.len != old || new == 0 || flags & !libc::MREMAP_MAYMOVE != 0 {
         return Some(Err(libc::ENOMEM));
     }
@@ -382,7 +388,7 @@ fn remap_shared(
     // (its pages past the end would fault, and read as zeros they would be written back
     // over the file's bytes as stores).
     let ready = if new < old {
-        writeback::write_back(m, a + new, end)
+        writeback::write_back(m, a + new, end, false)
     } else {
         prepare_backing(&m.of, m.backing, false, m.off + new as u64)
     };
@@ -396,6 +402,9 @@ fn remap_shared(
     }
     maps[i].addr = p as usize;
     maps[i].len = new;
+    // Moved, the kernel dropped the registration; grown in place, the new part was never
+    // protected.
+    maps[i].tracking.unsure();
     Some(Ok(p))
 }
 

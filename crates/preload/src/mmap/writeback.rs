@@ -21,8 +21,11 @@ fn put_back(of: &OpenFile, data: &[u8], off: u64) -> Res<()> {
     Ok(())
 }
 
-/// Write the changed pages of `m` within `from..to` (addresses) back to the file.
-pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
+/// Write the pages of `m` within `from..to` (addresses) that this process stored to back to
+/// the file: those the kernel reports (`dirty.rs`), or, where its record is not sure, every
+/// page that differs from the file. `msync`: the caller may protect an unsure mapping
+/// again (`dirty::stored`), as an msync of it all compares it all.
+pub(super) fn write_back(m: &mut Mapping, from: usize, to: usize, msync: bool) -> Res<()> {
     if !m.writable {
         return Ok(());
     }
@@ -31,26 +34,56 @@ pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
     if from >= to {
         return Ok(());
     }
+    let from = from - (from - m.addr) % PAGE;
+    let to = to
+        .next_multiple_of(PAGE)
+        .min(m.addr + m.len.next_multiple_of(PAGE));
+    let whole = msync && from == m.addr && to >= m.addr + m.len;
+    let ranges = match super::dirty::stored(m, from, to, whole) {
+        Some(r) if r.is_empty() => return Ok(()),
+        Some(r) => r,
+        None => vec![(from, to)],
+    };
+    // Even a page stored to is compared: a store may have put back the bytes the file has.
     // The fill lock held exclusively, on a description of its own (a lock is one per
     // description, and the mapping's is shared with other threads), across the compares and
     // the writes back: a write of another process or thread holds its shared side from
-    // before its commit until its bytes are in the backing file, so a page that differs
-    // here is a store, never a write whose copy has not landed yet (compared then, msync
-    // wrote the older bytes back over it: tests/c/mapsync.c). Without a description of its
-    // own (no /proc, no descriptor left), the mapping's: every user of it here writes back
-    // under MAPS, which this thread holds. Held a chunk at a time, so that writers of the
-    // file wait for one chunk's compares, not a whole large mapping's.
+    // before its commit until its bytes are in the backing file, so a page written back
+    // holds every write committed before (compared then, a page whose write had not landed
+    // yet was written back over it: tests/c/mapsync.c). Without a description of its own
+    // (no /proc, no descriptor left), the mapping's: every user of it here writes back
+    // under MAPS, which this thread holds. Held for a chunk at a time, so that writers of
+    // the file wait for one chunk's compares, not a whole large mapping's.
     let own = own_description(m.backing);
     let fd = own.unwrap_or(m.backing);
     let mut r = Ok(());
-    let mut a = from;
-    while a < to && r.is_ok() {
-        let end = to.min(a - (a - m.addr) % PAGE + CHUNK);
-        let fill = FillLock::exclusive(fd);
-        r = write_back_locked(m, a, end);
-        drop(fill);
-        a = end;
+    let mut held: Option<Hold> = None;
+    'ranges: for (i, &(a, b)) in ranges.iter().enumerate() {
+        let mut p = a;
+        while p < b {
+            let done = Hold::take(&mut held, fd, &m.of).and_then(|h| {
+                let end = b.min(p + h.left);
+                write_back_locked(m, p, end, h.size)?;
+                h.left -= end - p;
+                Ok(end)
+            });
+            match done {
+                Ok(end) => p = end,
+                Err(e) => {
+                    // Stores not written back, whose record the scan has cleared: kept
+                    // for the next write-back.
+                    let rest = std::iter::once((p, b)).chain(ranges[i + 1..].iter().copied());
+                    m.tracking.keep(rest.collect::<Vec<_>>());
+                    r = Err(e);
+                    break 'ranges;
+                }
+            }
+            if held.as_ref().is_some_and(|h| h.left == 0) {
+                held = None;
+            }
+        }
     }
+    drop(held);
     if let Some(fd) = own {
         crate::ownfds::close(fd);
     }
@@ -60,6 +93,30 @@ pub(super) fn write_back(m: &Mapping, from: usize, to: usize) -> Res<()> {
 /// How much of a mapping one hold of the fill lock writes back (1 MiB).
 const CHUNK: usize = 256 * PAGE;
 
+/// The fill lock held exclusively for one chunk of a write-back.
+struct Hold {
+    _fill: FillLock,
+    /// The file's size, read under the lock (a truncate changes it under the lock).
+    size: u64,
+    /// How many more bytes of the mapping this hold may write back.
+    left: usize,
+}
+
+impl Hold {
+    /// The hold in `held`, taken first if there is none.
+    fn take<'a>(held: &'a mut Option<Hold>, fd: libc::c_int, of: &OpenFile) -> Res<&'a mut Hold> {
+        if held.is_none() {
+            let fill = FillLock::exclusive(fd);
+            *held = Some(Hold {
+                size: crate::io::size_of(of)?,
+                _fill: fill,
+                left: CHUNK,
+            });
+        }
+        Ok(held.as_mut().expect("taken above"))
+    }
+}
+
 /// A new open file description of the file `fd` names (removed or not), at a high number.
 fn own_description(fd: libc::c_int) -> Option<libc::c_int> {
     crate::util::reopen(fd, libc::O_RDWR)
@@ -67,12 +124,12 @@ fn own_description(fd: libc::c_int) -> Option<libc::c_int> {
         .map(crate::util::move_high)
 }
 
-/// `write_back`'s compares and writes, the fill lock held.
-fn write_back_locked(m: &Mapping, from: usize, to: usize) -> Res<()> {
-    let size = crate::io::size_of(&m.of)?;
+/// `write_back`'s compares and writes of the pages `from..to` (page-aligned), the fill
+/// lock held; `size`: the file's, read under it.
+fn write_back_locked(m: &Mapping, from: usize, to: usize, size: u64) -> Res<()> {
     let mut page = vec![0u8; PAGE];
     let mut held = vec![0u8; if m.unreadable { PAGE } else { 0 }];
-    let mut a = from - (from - m.addr) % PAGE;
+    let mut a = from;
     while a < to {
         let foff = m.off + (a - m.addr) as u64;
         if foff >= size {
@@ -111,8 +168,9 @@ pub fn write_back_all() {
     }
     let _op = op();
     let now = session::generation();
-    for m in maps().iter().filter(|m| m.born == now) {
-        let _ = guard(-1, || write_back(m, m.addr, m.addr + m.len).map(|_| 0));
+    for m in maps().iter_mut().filter(|m| m.born == now) {
+        let (a, end) = (m.addr, m.addr + m.len);
+        let _ = guard(-1, || write_back(m, a, end, false).map(|_| 0));
     }
 }
 
@@ -174,6 +232,7 @@ fn cut(all: &mut Vec<Mapping>, a: usize, end: usize) -> Vec<Mapping> {
                     unreadable: m.unreadable,
                     born: m.born,
                     counted,
+                    tracking: m.tracking.clone(),
                 });
                 NMAPS.fetch_add(1, Ordering::AcqRel);
             }
@@ -197,8 +256,8 @@ pub(super) fn detach(a: usize, len: usize) -> Vec<Mapping> {
     let end = a.saturating_add(len).next_multiple_of(PAGE);
     let _op = op();
     let mut all = maps();
-    for m in all.iter() {
-        let _ = guard(-1, || write_back(m, a, end).map(|_| 0));
+    for m in all.iter_mut() {
+        let _ = guard(-1, || write_back(m, a, end, false).map(|_| 0));
     }
     cut(&mut all, a, end)
 }
