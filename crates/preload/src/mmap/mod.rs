@@ -2,8 +2,8 @@
 //! (`copies.rs`, which also makes `mremap` and `mprotect` of copies behave as Linux's). A
 //! shared mapping is backed by a file in /dev/shm named after the inode, which every
 //! process mapping that inode shares (so that, for instance, SQLite's WAL index works
-//! between processes); msync, munmap, exit and exec write a writable one's changed pages
-//! back to EngramFS, where they become durable. Writes to a file some process maps go to
+//! between processes); msync, munmap, exit and exec write the pages of a writable one that
+//! this process stored to (`dirty.rs`) back to EngramFS, where they become durable. Writes to a file some process maps go to
 //! the backing file too, so that the mappings see them (SQLite reads its database through
 //! a read-only mapping and writes it with pwrite, from every process that opens it): the
 //! server keeps a bit per inode that some process maps shared (`Fs::set_mapped`), which
