@@ -3,13 +3,14 @@
 //! shared mapping is backed by a file in /dev/shm named after the inode, which every
 //! process mapping that inode shares (so that, for instance, SQLite's WAL index works
 //! between processes); msync, munmap, exit and exec write the pages of a writable one that
-//! this process stored to (`dirty.rs`) back to EngramFS, where they become durable. Writes to a file some process maps go to
-//! the backing file too, so that the mappings see them (SQLite reads its database through
-//! a read-only mapping and writes it with pwrite, from every process that opens it): the
-//! server keeps a bit per inode that some process maps shared (`Fs::set_mapped`), which
-//! every writer reads after its write. A mapping sets it before it fills a backing file
-//! from the file, and fills under an exclusive lock that writers of the backing file wait
-//! for (`FillLock`): a write is then either in what the fill read or written over it.
+//! this process stored to (`dirty.rs`) back to EngramFS, where they become durable. Writes
+//! to a file some process maps go to the backing file too, so that the mappings see them
+//! (SQLite reads its database through a read-only mapping and writes it with pwrite, from
+//! every process that opens it): the server keeps a bit per inode that some process maps
+//! shared (`Fs::set_mapped`), which every writer reads after its write. A mapping sets it
+//! before it fills a backing file from the file, and fills under an exclusive lock that
+//! writers of the backing file wait for (`FillLock`): a write is then either in what the
+//! fill read or written over it.
 
 use crate::io::pread_of;
 use crate::session::{self, op};
