@@ -228,8 +228,9 @@ fn a_shared_mapping_resized_with_mremap_keeps_its_stores() {
 /// is late leaves it) is not written back over the file's bytes, as it was before, when
 /// msync compared every page; a forked child's stores to its parent's mapping still reach
 /// the file through the parent's msync; mappings moved with mremap or whose protection
-/// changed write their stores back, and are recorded again after a whole msync; stores
-/// refused for want of space are written at the next msync.
+/// changed write their stores back, and are recorded again after a whole msync; another
+/// thread's stores beside an msync loop all reach the file; stores refused for want of
+/// space are written at the next msync.
 #[test]
 fn msync_writes_back_the_pages_this_process_stored_to() {
     c_program_via_daemon_with("mapdirty", "MAPDIRTY-OK", false, &["shim"]);

@@ -6,7 +6,8 @@
  * a forked child's stores, in its page tables and not its parent's, still reach the file
  * through the parent's msync; mappings moved or resized with mremap, or whose protection
  * changed, write back their stores, and their record is made sure again by a whole msync;
- * stores whose write-back failed for want of space are written at the next msync.
+ * stores of another thread while msync runs in a loop all reach the file; stores whose
+ * write-back failed for want of space are written at the next msync.
  * argv[1]: the directory; argv[2]: "shim" (the white-box checks too) or "real" (a real
  * file system, to check the expectations).
  * Prints MAPDIRTY-OK. */
@@ -15,6 +16,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -291,6 +294,41 @@ static void protected_mappings_write_back(void) {
     CHECK(munmap(r, len) == 0 && close(fd) == 0);
 }
 
+/* Stores of another thread while msync runs in a loop: each scan protects the pages it
+ * reports again, so a store after it is reported by the next; at the end the file holds
+ * what the mapping does. */
+static char *busy_map;
+static atomic_int busy_done;
+
+static void *busy_storer(void *arg) {
+    (void)arg;
+    unsigned seed = 1;
+    for (long i = 1; !atomic_load(&busy_done); i++) {
+        size_t p = rand_r(&seed) % PAGES, w = rand_r(&seed) % (PG / sizeof(long));
+        ((volatile long *)(busy_map + p * PG))[w] = i;
+    }
+    return NULL;
+}
+
+static void stores_beside_msync_all_reach_the_file(void) {
+    int fd = fresh("busy", PAGES);
+    size_t len = PAGES * PG;
+    busy_map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(busy_map != MAP_FAILED);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, busy_storer, NULL) == 0);
+    for (int i = 0; i < 300; i++)
+        sync_all(busy_map, len);
+    atomic_store(&busy_done, 1);
+    CHECK(pthread_join(t, NULL) == 0);
+    sync_all(busy_map, len);
+    static char file[PAGES * PG];
+    int r = open(joined(dir, "busy"), O_RDONLY | O_CLOEXEC);
+    CHECK(r >= 0 && pread(r, file, len, 0) == (ssize_t)len);
+    CHECK(memcmp(file, busy_map, len) == 0);
+    CHECK(close(r) == 0 && munmap(busy_map, len) == 0 && close(fd) == 0);
+}
+
 /* Stores whose write-back fails with ENOSPC (a pool filled up) reach the file at the next
  * msync once there is room: their record, cleared by the failed msync's scan, is kept. */
 static void stores_refused_for_space_are_written_later(void) {
@@ -335,6 +373,7 @@ int main(int argc, char **argv) {
     forked_children_s_stores_reach_the_file();
     remapped_mappings_write_back();
     protected_mappings_write_back();
+    stores_beside_msync_all_reach_the_file();
     if (shim)
         stores_refused_for_space_are_written_later();
     printf("MAPDIRTY-OK\n");
