@@ -28,7 +28,7 @@ fn access_routed(r: Res<Route>, mode: c_int, flags: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::access(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, true, real::access(path, mode));
         access_routed(r, mode, 0)
     })
 }
@@ -36,7 +36,7 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::euidaccess(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, true, real::euidaccess(path, mode));
         access_routed(r, mode, libc::AT_EACCESS)
     })
 }
@@ -44,7 +44,7 @@ pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::eaccess(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, true, real::eaccess(path, mode));
         access_routed(r, mode, libc::AT_EACCESS)
     })
 }
@@ -57,7 +57,12 @@ pub unsafe extern "C" fn faccessat(
     flags: c_int,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::faccessat(dirfd, path, mode, flags));
+        let r = routed!(
+            dirfd,
+            path,
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            real::faccessat(dirfd, path, mode, flags)
+        );
         access_routed(r, mode, flags)
     })
 }
@@ -86,7 +91,7 @@ fn chmod_routed(r: Res<Route>, mode: mode_t, follow: bool) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::chmod(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, true, real::chmod(path, mode));
         chmod_routed(r, mode, true)
     })
 }
@@ -94,7 +99,7 @@ pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lchmod(path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::lchmod(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, false, real::lchmod(path, mode));
         chmod_routed(r, mode, false)
     })
 }
@@ -107,7 +112,12 @@ pub unsafe extern "C" fn fchmodat(
     flags: c_int,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::fchmodat(dirfd, path, mode, flags));
+        let r = routed!(
+            dirfd,
+            path,
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            real::fchmodat(dirfd, path, mode, flags)
+        );
         chmod_routed(r, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
     })
 }
@@ -152,7 +162,7 @@ fn chown_routed(r: Res<Route>, uid: uid_t, gid: gid_t, follow: bool) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::chown(path, uid, gid));
+        let r = routed!(libc::AT_FDCWD, path, true, real::chown(path, uid, gid));
         chown_routed(r, uid, gid, true)
     })
 }
@@ -160,7 +170,7 @@ pub unsafe extern "C" fn chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::lchown(path, uid, gid));
+        let r = routed!(libc::AT_FDCWD, path, false, real::lchown(path, uid, gid));
         chown_routed(r, uid, gid, false)
     })
 }
@@ -179,7 +189,12 @@ pub unsafe extern "C" fn fchownat(
             let of = ours!(dirfd, real::fchownat(dirfd, path, uid, gid, flags));
             return Ok(fchown_of(&of, uid, gid));
         }
-        let r = routed!(dirfd, path, real::fchownat(dirfd, path, uid, gid, flags));
+        let r = routed!(
+            dirfd,
+            path,
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            real::fchownat(dirfd, path, uid, gid, flags)
+        );
         chown_routed(r, uid, gid, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
     })
 }
@@ -291,7 +306,12 @@ pub unsafe extern "C" fn utimensat(
             // SAFETY: the caller's times.
             return Ok(times_of(&of, unsafe { timespecs(t) }));
         }
-        let r = routed!(dirfd, path, real::utimensat(dirfd, path, t, flags));
+        let r = routed!(
+            dirfd,
+            path,
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            real::utimensat(dirfd, path, t, flags)
+        );
         // SAFETY: the caller's times; the real call on the resolved path.
         times_routed(
             r,
@@ -314,7 +334,7 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::utime(path, t));
+        let r = routed!(libc::AT_FDCWD, path, true, real::utime(path, t));
         let times = if t.is_null() {
             Ok((Some(SetTime::Now), Some(SetTime::Now)))
         } else {
@@ -333,7 +353,7 @@ pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn utimes(path: *const c_char, t: *const libc::timeval) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::utimes(path, t));
+        let r = routed!(libc::AT_FDCWD, path, true, real::utimes(path, t));
         // SAFETY: the caller's times; the real call on the resolved path.
         times_routed(r, unsafe { timevals(t) }, true, |p| unsafe {
             real::utimes(p, t)
@@ -344,7 +364,7 @@ pub unsafe extern "C" fn utimes(path: *const c_char, t: *const libc::timeval) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lutimes(path: *const c_char, t: *const libc::timeval) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::lutimes(path, t));
+        let r = routed!(libc::AT_FDCWD, path, false, real::lutimes(path, t));
         // SAFETY: the caller's times; the real call on the resolved path.
         times_routed(r, unsafe { timevals(t) }, false, |p| unsafe {
             real::lutimes(p, t)
@@ -359,7 +379,7 @@ pub unsafe extern "C" fn futimesat(
     t: *const libc::timeval,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::futimesat(dirfd, path, t));
+        let r = routed!(dirfd, path, true, real::futimesat(dirfd, path, t));
         // SAFETY: the caller's times; the real call on the resolved path.
         times_routed(r, unsafe { timevals(t) }, true, |p| unsafe {
             real::utimes(p, t)
@@ -403,7 +423,7 @@ macro_rules! xattr_gets {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(path, name, v, n));
+            let r = routed!(libc::AT_FDCWD, path, $follow, real::$name(path, name, v, n));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Err(libc::ENODATA), |p| unsafe { real::$name(p, name, v, n) })
         })
@@ -417,7 +437,7 @@ macro_rules! xattr_lists {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, list: *mut c_char, n: size_t) -> ssize_t {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(path, list, n));
+            let r = routed!(libc::AT_FDCWD, path, $follow, real::$name(path, list, n));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Ok(0), |p| unsafe { real::$name(p, list, n) })
         })
@@ -431,7 +451,7 @@ macro_rules! xattr_sets {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, fl: c_int) -> c_int {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(path, name, v, n, fl));
+            let r = routed!(libc::AT_FDCWD, path, $follow, real::$name(path, name, v, n, fl));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Err(libc::ENOTSUP), |p| unsafe { real::$name(p, name, v, n, fl) as ssize_t }) as c_int
         })
@@ -445,7 +465,7 @@ macro_rules! xattr_removes {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char) -> c_int {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(path, name));
+            let r = routed!(libc::AT_FDCWD, path, $follow, real::$name(path, name));
             // SAFETY: the real call on the resolved path.
             xattr_routed(r, $follow, Err(libc::ENODATA), |p| unsafe { real::$name(p, name) as ssize_t }) as c_int
         })

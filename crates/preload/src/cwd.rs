@@ -29,14 +29,21 @@ fn left_pool() {
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
     crate::guarded!(-1, {
         // SAFETY: the caller's path.
-        let r = unsafe { crate::route::route(libc::AT_FDCWD, path) };
+        let mut r = unsafe { crate::route::route(libc::AT_FDCWD, path) };
         if let Ok(Route::Pass) = r {
             // SAFETY: forwarding unchanged.
             let v = unsafe { real::chdir(path) };
             if v == 0 {
                 left_pool();
             }
-            return Ok(v);
+            if v != -1 {
+                return Ok(v);
+            }
+            // SAFETY: the caller's path.
+            match unsafe { crate::reallinks::after_failure(libc::AT_FDCWD, path, true) } {
+                Some(rerouted) => r = rerouted,
+                None => return Ok(v),
+            }
         }
         guard(-1, || {
             let _op = op();
@@ -228,7 +235,7 @@ fn realpath_routed(r: Res<Route>, out: *mut c_char) -> *mut c_char {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut c_char {
     crate::guarded!(std::ptr::null_mut(), {
-        let r = routed!(libc::AT_FDCWD, path, real::realpath(path, out));
+        let r = routed!(libc::AT_FDCWD, path, true, real::realpath(path, out));
         realpath_routed(r, out)
     })
 }
@@ -251,7 +258,12 @@ pub unsafe extern "C" fn __realpath_chk(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
     crate::guarded!(std::ptr::null_mut(), {
-        let r = routed!(libc::AT_FDCWD, path, real::canonicalize_file_name(path));
+        let r = routed!(
+            libc::AT_FDCWD,
+            path,
+            true,
+            real::canonicalize_file_name(path)
+        );
         realpath_routed(r, std::ptr::null_mut())
     })
 }

@@ -96,16 +96,8 @@ fn new_dir(fd: c_int) -> *mut DIR {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     crate::guarded!(std::ptr::null_mut(), {
-        let _r = routed!(libc::AT_FDCWD, path, real::opendir(path));
-        // SAFETY: the caller's path.
-        let fd = unsafe {
-            open::open_any(
-                libc::AT_FDCWD,
-                path,
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                0,
-            )
-        };
+        let r = routed!(libc::AT_FDCWD, path, true, real::opendir(path));
+        let fd = open::open_routed(r, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0);
         if fd < 0 {
             return Ok(std::ptr::null_mut());
         }

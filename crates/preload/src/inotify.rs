@@ -16,6 +16,7 @@ pub unsafe extern "C" fn inotify_add_watch(fd: c_int, path: *const c_char, mask:
         let r = routed!(
             libc::AT_FDCWD,
             path,
+            mask & libc::IN_DONT_FOLLOW == 0,
             real::inotify_add_watch(fd, path, mask)
         );
         guard(-1, || {

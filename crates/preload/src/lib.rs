@@ -11,8 +11,9 @@
 //! `tempfiles`, `glob`, `ftw`, `exec`, `dlopen`, `syscalls`; the descriptor table is `table`
 //! (its descriptions `openfile`, their lock files' descriptors `lockfds`, paths that name
 //! descriptors `magicfd`), the operation guard fork waits for `opguard`, the
-//! connection `session`, path routing `route` and `resolve`. `engram_run::run` (re-exported) starts
-//! programs under the shim (`engram run`).
+//! connection `session`, path routing `route` and `resolve`, and `reallinks` for real
+//! symlinks that lead into the prefix. `engram_run::run` (re-exported) starts programs
+//! under the shim (`engram run`).
 //!
 //! Every exported function is `unsafe extern "C"` with libc's signature; its whole body
 //! runs inside `guarded!` (`ops`), which catches panics and reports failures through errno.
@@ -51,6 +52,7 @@ pub mod printf;
 pub mod process;
 pub mod real;
 pub mod realcwd;
+pub mod reallinks;
 pub mod reclocks;
 pub mod removed;
 pub mod resolve;

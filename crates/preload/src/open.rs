@@ -105,8 +105,14 @@ fn reopen(fd: c_int, orig: &[u8], flags: c_int, mode: c_uint) -> Res<c_int> {
     install(file, of.path().to_vec(), of.is_dir(), flags)
 }
 
-/// The body of every open call once the path is known to be ours.
-fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int {
+/// Whether an open with `flags` follows a symlink as the last component: not with
+/// O_NOFOLLOW, nor with O_CREAT|O_EXCL (which fails with EEXIST on any symlink).
+fn follows(flags: c_int) -> bool {
+    flags & libc::O_NOFOLLOW == 0 && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0)
+}
+
+/// The body of every open call once the path is known to be ours (fopen and opendir too).
+pub fn open_routed(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> c_int {
     guard(-1, || match open_guarded(r, flags, mode)? {
         Opened::Fd(fd) => Ok(fd),
         // Outside the operation guard: it may wait for the pipe's other end.
@@ -131,8 +137,7 @@ fn open_guarded(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> Res<
     if let Ok(Route::Desc { fd, orig, .. }) = &r {
         return reopen(*fd, orig, flags, mode).map(Opened::Fd);
     }
-    let follow =
-        flags & libc::O_NOFOLLOW == 0 && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
+    let follow = follows(flags);
     if let Ok(r) = &r
         && let Some(opened) = open_inside(r, flags, mode)?
     {
@@ -164,7 +169,12 @@ fn open_guarded(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> Res<
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::open(path, flags, mode));
+        let r = routed!(
+            libc::AT_FDCWD,
+            path,
+            follows(flags),
+            real::open(path, flags, mode)
+        );
         open_routed(r, flags, mode)
     })
 }
@@ -172,7 +182,12 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::open64(path, flags, mode));
+        let r = routed!(
+            libc::AT_FDCWD,
+            path,
+            follows(flags),
+            real::open64(path, flags, mode)
+        );
         open_routed(r, flags, mode)
     })
 }
@@ -185,7 +200,12 @@ pub unsafe extern "C" fn openat(
     mode: c_uint,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::openat(dirfd, path, flags, mode));
+        let r = routed!(
+            dirfd,
+            path,
+            follows(flags),
+            real::openat(dirfd, path, flags, mode)
+        );
         open_routed(r, flags, mode)
     })
 }
@@ -198,7 +218,12 @@ pub unsafe extern "C" fn openat64(
     mode: c_uint,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::openat64(dirfd, path, flags, mode));
+        let r = routed!(
+            dirfd,
+            path,
+            follows(flags),
+            real::openat64(dirfd, path, flags, mode)
+        );
         open_routed(r, flags, mode)
     })
 }
@@ -206,7 +231,12 @@ pub unsafe extern "C" fn openat64(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::__open_2(path, flags));
+        let r = routed!(
+            libc::AT_FDCWD,
+            path,
+            follows(flags),
+            real::__open_2(path, flags)
+        );
         open_routed(r, flags, 0)
     })
 }
@@ -214,7 +244,12 @@ pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::__open64_2(path, flags));
+        let r = routed!(
+            libc::AT_FDCWD,
+            path,
+            follows(flags),
+            real::__open64_2(path, flags)
+        );
         open_routed(r, flags, 0)
     })
 }
@@ -222,7 +257,12 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::__openat_2(dirfd, path, flags));
+        let r = routed!(
+            dirfd,
+            path,
+            follows(flags),
+            real::__openat_2(dirfd, path, flags)
+        );
         open_routed(r, flags, 0)
     })
 }
@@ -230,7 +270,12 @@ pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::__openat64_2(dirfd, path, flags));
+        let r = routed!(
+            dirfd,
+            path,
+            follows(flags),
+            real::__openat64_2(dirfd, path, flags)
+        );
         open_routed(r, flags, 0)
     })
 }
@@ -240,7 +285,7 @@ const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::creat(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, true, real::creat(path, mode));
         open_routed(r, CREAT, mode)
     })
 }
@@ -248,7 +293,7 @@ pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::creat64(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, true, real::creat64(path, mode));
         open_routed(r, CREAT, mode)
     })
 }
@@ -258,13 +303,15 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 /// # Safety
 /// `path` is a valid C string.
 pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    // SAFETY: the caller's path is a valid C string.
-    let r = unsafe { crate::route::route(dirfd, path) };
-    if let Ok(crate::route::Route::Pass) = r {
-        // SAFETY: forwarding to the real openat.
-        return unsafe { real::openat64(dirfd, path, flags, mode) };
-    }
-    open_routed(r, flags, mode)
+    crate::guarded!(-1, {
+        let r = routed!(
+            dirfd,
+            path,
+            follows(flags),
+            real::openat64(dirfd, path, flags, mode)
+        );
+        open_routed(r, flags, mode)
+    })
 }
 
 #[unsafe(no_mangle)]

@@ -23,17 +23,29 @@ macro_rules! guarded {
 }
 
 /// Inside `guarded!`: return at once to libc when a path is not ours; otherwise evaluate
-/// to the routed path (`Res<Route>`). Allocates nothing on the way to libc.
+/// to the routed path (`Res<Route>`). Allocates nothing on the way to libc. A real call
+/// that fails with ENOENT is looked at again (`reallinks`): if the path reaches the prefix
+/// through a real symlink, it evaluates to that route instead. `follow`: whether the call
+/// follows a symlink as the last component (false for lstat, unlink, O_NOFOLLOW, ...).
 #[macro_export]
 macro_rules! routed {
-    ($dirfd:expr, $path:expr, $pass:expr) => {{
+    ($dirfd:expr, $path:expr, $follow:expr, $pass:expr) => {{
         // SAFETY: the caller's path is a valid C string (or null).
         let r = unsafe { $crate::route::route($dirfd, $path) };
         if let Ok($crate::route::Route::Pass) = r {
             // SAFETY: forwarding the caller's arguments unchanged.
-            return Ok(unsafe { $pass });
+            let v = unsafe { $pass };
+            if !$crate::reallinks::Outcome::failed(&v) {
+                return Ok(v);
+            }
+            // SAFETY: the caller's path, as above.
+            match unsafe { $crate::reallinks::after_failure($dirfd, $path, $follow) } {
+                Some(rerouted) => rerouted,
+                None => return Ok(v),
+            }
+        } else {
+            r
         }
-        r
     }};
 }
 

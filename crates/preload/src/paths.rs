@@ -6,7 +6,7 @@ use crate::ops::{Side, inside, ok, real_ret, side, staying};
 use crate::route::{Route, route};
 use crate::session::op;
 use crate::util::{Res, cbytes, en, guard};
-use crate::{real, routed};
+use crate::{real, reallinks, routed};
 use engram_core::Handle;
 use libc::{c_char, c_int, c_uint, mode_t, off_t, size_t, ssize_t};
 
@@ -65,13 +65,35 @@ fn two(
     follow1: bool,
     fast: Option<Fast>,
     pool: impl FnOnce(&engram_core::Fs, PoolPath, PoolPath) -> Res<c_int>,
-    realf: impl FnOnce((c_int, *const c_char), (c_int, *const c_char)) -> c_int,
+    realf: impl Fn((c_int, *const c_char), (c_int, *const c_char)) -> c_int,
 ) -> c_int {
     // SAFETY: the caller's paths are valid C strings.
-    let (r1, r2) = unsafe { (route(fd1, p1), route(fd2, p2)) };
-    if matches!(r1, Ok(Route::Pass)) && matches!(r2, Ok(Route::Pass)) {
-        return realf((fd1, p1), (fd2, p2));
+    let (mut r1, mut r2) = unsafe { (route(fd1, p1), route(fd2, p2)) };
+    let (pass1, pass2) = (matches!(r1, Ok(Route::Pass)), matches!(r2, Ok(Route::Pass)));
+    if pass1 && pass2 {
+        let v = realf((fd1, p1), (fd2, p2));
+        let e = crate::util::errno();
+        if v != -1 || e != libc::ENOENT {
+            return v;
+        }
     }
+    // A path given outside the prefix may reach it through real symlinks: looked at only
+    // when the kernel could not find a path or the other path is the pool's.
+    // SAFETY: the caller's paths.
+    let (a, b) = unsafe {
+        (
+            pass1
+                .then(|| reallinks::reroute(fd1, p1, follow1))
+                .flatten(),
+            pass2.then(|| reallinks::reroute(fd2, p2, false)).flatten(),
+        )
+    };
+    if pass1 && pass2 && a.is_none() && b.is_none() {
+        crate::util::set_errno(libc::ENOENT);
+        return -1;
+    }
+    r1 = a.unwrap_or(r1);
+    r2 = b.unwrap_or(r2);
     guard(-1, || {
         let _op = op();
         // One path in the pool, the other null: EFAULT, as the kernel checks both names
@@ -214,7 +236,7 @@ pub unsafe extern "C" fn symlinkat(
     path: *const c_char,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::symlinkat(target, dirfd, path));
+        let r = routed!(dirfd, path, false, real::symlinkat(target, dirfd, path));
         guard(-1, || {
             let _op = op();
             if target.is_null() {
@@ -305,7 +327,7 @@ fn readlink_routed(r: Res<Route>, out: *mut c_char, n: size_t) -> ssize_t {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlink(path: *const c_char, out: *mut c_char, n: size_t) -> ssize_t {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::readlink(path, out, n));
+        let r = routed!(libc::AT_FDCWD, path, false, real::readlink(path, out, n));
         readlink_routed(r, out, n)
     })
 }
@@ -324,7 +346,7 @@ pub unsafe extern "C" fn readlinkat(
             let of = crate::ours!(dirfd, real::readlinkat(dirfd, path, out, n));
             return Ok(readlink_of(&of, out, n));
         }
-        let r = routed!(dirfd, path, real::readlinkat(dirfd, path, out, n));
+        let r = routed!(dirfd, path, false, real::readlinkat(dirfd, path, out, n));
         readlink_routed(r, out, n)
     })
 }
@@ -382,7 +404,7 @@ fn mkdir_routed(r: Res<Route>, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::mkdir(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, false, real::mkdir(path, mode));
         mkdir_routed(r, mode)
     })
 }
@@ -390,7 +412,7 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::mkdirat(dirfd, path, mode));
+        let r = routed!(dirfd, path, false, real::mkdirat(dirfd, path, mode));
         mkdir_routed(r, mode)
     })
 }
@@ -419,7 +441,7 @@ fn unlink_routed(r: Res<Route>, dir: bool) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::unlink(path));
+        let r = routed!(libc::AT_FDCWD, path, false, real::unlink(path));
         unlink_routed(r, false)
     })
 }
@@ -427,7 +449,7 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::rmdir(path));
+        let r = routed!(libc::AT_FDCWD, path, false, real::rmdir(path));
         unlink_routed(r, true)
     })
 }
@@ -435,7 +457,7 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::unlinkat(dirfd, path, flags));
+        let r = routed!(dirfd, path, false, real::unlinkat(dirfd, path, flags));
         unlink_routed(r, flags & libc::AT_REMOVEDIR != 0)
     })
 }
@@ -444,7 +466,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::remove(path));
+        let r = routed!(libc::AT_FDCWD, path, false, real::remove(path));
         guard(-1, || {
             let _op = op();
             match side(r, false)? {
@@ -494,7 +516,7 @@ fn truncate_routed(r: Res<Route>, len: off_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::truncate(path, len));
+        let r = routed!(libc::AT_FDCWD, path, true, real::truncate(path, len));
         truncate_routed(r, len)
     })
 }
@@ -502,7 +524,7 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::truncate64(path, len));
+        let r = routed!(libc::AT_FDCWD, path, true, real::truncate64(path, len));
         truncate_routed(r, len)
     })
 }
@@ -529,7 +551,7 @@ fn mknod_routed(r: Res<Route>, mode: mode_t, dev: libc::dev_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::mknod(path, mode, dev));
+        let r = routed!(libc::AT_FDCWD, path, false, real::mknod(path, mode, dev));
         mknod_routed(r, mode, dev)
     })
 }
@@ -542,7 +564,7 @@ pub unsafe extern "C" fn mknodat(
     dev: libc::dev_t,
 ) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::mknodat(dirfd, path, mode, dev));
+        let r = routed!(dirfd, path, false, real::mknodat(dirfd, path, mode, dev));
         mknod_routed(r, mode, dev)
     })
 }
@@ -550,7 +572,7 @@ pub unsafe extern "C" fn mknodat(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::mkfifo(path, mode));
+        let r = routed!(libc::AT_FDCWD, path, false, real::mkfifo(path, mode));
         mknod_routed(r, mode | libc::S_IFIFO, 0)
     })
 }
@@ -558,7 +580,7 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
     crate::guarded!(-1, {
-        let r = routed!(dirfd, path, real::mkfifoat(dirfd, path, mode));
+        let r = routed!(dirfd, path, false, real::mkfifoat(dirfd, path, mode));
         mknod_routed(r, mode | libc::S_IFIFO, 0)
     })
 }

@@ -105,6 +105,24 @@ pub unsafe extern "C" fn execve(
             }
         });
         if launch.is_none() && crate::util::errno() == libc::ENOENT {
+            // A program in the pool reached through a real symlink (`reallinks`): run by
+            // its name under the prefix. Looked at only once the kernel failed.
+            // SAFETY: the caller's path.
+            if let Some(r) = unsafe { crate::reallinks::reroute(libc::AT_FDCWD, path, true) } {
+                let crate::route::Route::Ours(inner) = r? else {
+                    return Err(libc::ENOENT);
+                };
+                let name = crate::util::cstring(&crate::route::mounted(&inner))?;
+                // SAFETY: the pool path as a C string, the caller's arguments and
+                // environment.
+                let l =
+                    unsafe { shebang::launch(libc::AT_FDCWD, name.as_ptr(), argv, envp, false) }?
+                        .ok_or(libc::ENOENT)?;
+                // SAFETY: what the pool path launches.
+                return Ok(replacing_image(|| unsafe {
+                    launched(&l, argv, env.as_ptr())
+                }));
+            }
             // A script outside the pool whose interpreter is in it, which the kernel could
             // not find: looked at only once the kernel failed, so other execs cost nothing.
             // SAFETY: the caller's path, arguments and environment.

@@ -70,6 +70,12 @@ fn mount_from_env() -> Option<&'static [u8]> {
     (m.starts_with(b"/") && m != b"/").then_some(m)
 }
 
+/// Whether the shim's constructor has read the configuration (before it, the shim's own
+/// work must not allocate).
+pub fn configured() -> bool {
+    CONFIG.get().is_some()
+}
+
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         use std::os::unix::ffi::OsStringExt;
@@ -486,6 +492,24 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
     if dirfd < 0 || !could_reach_mount(&p[s..e]) {
         return Route::Pass;
     }
+    let mut dir = [0u8; realcwd::MAX];
+    let Some(n) = real_dir_name(dirfd, &mut dir) else {
+        return Route::Pass;
+    };
+    let mut buf = [0u8; realcwd::MAX * 2];
+    let Some(len) = lexical(&[&dir[..n], p], &mut buf) else {
+        return Route::Pass;
+    };
+    match strip_mount(&buf[..len]) {
+        Some([]) => Route::Ours(Cow::Borrowed(b"/")),
+        Some(rest) => Route::Ours(rest.to_vec().into()),
+        None => Route::Pass,
+    }
+}
+
+/// The kernel's name of real directory descriptor `dirfd` (its `/proc/self/fd` link) in
+/// `out`: its length, if it is an absolute path that fits. Allocates nothing.
+pub(crate) fn real_dir_name(dirfd: c_int, out: &mut [u8]) -> Option<usize> {
     // "/proc/self/fd/<dirfd>\0", formatted without allocating.
     let mut link = [0u8; 32];
     let head = b"/proc/self/fd/";
@@ -503,27 +527,18 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
     for k in 0..nd {
         link[head.len() + k] = digits[nd - 1 - k];
     }
-    let mut dir = [0u8; realcwd::MAX];
-    // SAFETY: readlink of a NUL-terminated path into a local buffer of the given size.
+    // SAFETY: readlink of a NUL-terminated path into the caller's buffer of the given size.
     let n = unsafe {
         crate::real::readlink(
             link.as_ptr() as *const c_char,
-            dir.as_mut_ptr() as *mut c_char,
-            dir.len(),
+            out.as_mut_ptr() as *mut c_char,
+            out.len(),
         )
     };
-    if n <= 0 || n as usize >= dir.len() || dir[0] != b'/' {
-        return Route::Pass;
+    if n <= 0 || n as usize >= out.len() || out[0] != b'/' {
+        return None;
     }
-    let mut buf = [0u8; realcwd::MAX * 2];
-    let Some(len) = lexical(&[&dir[..n as usize], p], &mut buf) else {
-        return Route::Pass;
-    };
-    match strip_mount(&buf[..len]) {
-        Some([]) => Route::Ours(Cow::Borrowed(b"/")),
-        Some(rest) => Route::Ours(rest.to_vec().into()),
-        None => Route::Pass,
-    }
+    Some(n as usize)
 }
 
 /// The absolute name, in the process's view, of a pool path.

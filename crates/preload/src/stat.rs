@@ -197,7 +197,7 @@ macro_rules! stats {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, st: *mut libc::stat) -> c_int {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(path, st));
+            let r = routed!(libc::AT_FDCWD, path, $follow, real::$name(path, st));
             do_stat(r, $follow, st)?
         })
 }
@@ -210,7 +210,7 @@ macro_rules! xstats {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(ver, path, st));
+            let r = routed!(libc::AT_FDCWD, path, $follow, real::$name(ver, path, st));
             do_stat(r, $follow, st)?
         })
 }
@@ -267,12 +267,21 @@ fn fstatat_impl(
             None => crate::desc::refuse_spare(dirfd).map(|()| pass()),
         };
     }
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
     // SAFETY: the caller's path.
     let r = unsafe { crate::route::route(dirfd, path) };
     if let Ok(crate::route::Route::Pass) = r {
-        return Ok(pass());
+        let v = pass();
+        if v != -1 {
+            return Ok(v);
+        }
+        // SAFETY: the caller's path.
+        match unsafe { crate::reallinks::after_failure(dirfd, path, follow) } {
+            Some(r) => return do_stat(r, follow, st),
+            None => return Ok(v),
+        }
     }
-    do_stat(r, flags & libc::AT_SYMLINK_NOFOLLOW == 0, st)
+    do_stat(r, follow, st)
 }
 
 macro_rules! fstatats {
@@ -325,7 +334,12 @@ pub unsafe extern "C" fn statx(
         };
         let r = match of {
             Some(_) => Ok(crate::route::Route::Pass),
-            None => routed!(dirfd, path, real::statx(dirfd, path, flags, mask, st)),
+            None => routed!(
+                dirfd,
+                path,
+                flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+                real::statx(dirfd, path, flags, mask, st)
+            ),
         };
         guard(-1, || {
             let _op = op();
@@ -425,7 +439,7 @@ macro_rules! statfss {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, st: *mut $ty) -> c_int {
     crate::guarded!(-1, {
-            let r = routed!(libc::AT_FDCWD, path, real::$name(path, st));
+            let r = routed!(libc::AT_FDCWD, path, true, real::$name(path, st));
             statfs_routed(r, st, $fill, real::$name)
         })
 }
@@ -463,7 +477,7 @@ fn conf(name: c_int) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> c_long {
     crate::guarded!(-1, {
-        let r = routed!(libc::AT_FDCWD, path, real::pathconf(path, name));
+        let r = routed!(libc::AT_FDCWD, path, true, real::pathconf(path, name));
         guard(-1, || {
             let _op = op();
             stat_routed(

@@ -128,13 +128,13 @@ fn seek_end_for_append(fd: c_int, mode: &[u8], added: bool) -> crate::util::Res<
     Ok(())
 }
 
-fn fopen_impl(path: *const c_char, mode: *const c_char) -> *mut FILE {
+/// A stream for `mode` on the descriptor `open` gives for the mode's open flags.
+fn fopen_impl(mode: *const c_char, open: impl FnOnce(c_int) -> c_int) -> *mut FILE {
     guard(std::ptr::null_mut(), || {
         // SAFETY: the caller's mode string.
         let m = unsafe { cbytes(mode) };
         let flags = mode_flags(m).ok_or(libc::EINVAL)?;
-        // SAFETY: the caller's path.
-        let fd = unsafe { open::open_any(libc::AT_FDCWD, path, flags, 0o666) };
+        let fd = open(flags);
         if fd < 0 {
             return Err(crate::util::errno());
         }
@@ -162,16 +162,16 @@ fn fopen_impl(path: *const c_char, mode: *const c_char) -> *mut FILE {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     crate::guarded!(std::ptr::null_mut(), {
-        let _r = routed!(libc::AT_FDCWD, path, real::fopen(path, mode));
-        fopen_impl(path, mode)
+        let r = routed!(libc::AT_FDCWD, path, true, real::fopen(path, mode));
+        fopen_impl(mode, |flags| open::open_routed(r, flags, 0o666))
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     crate::guarded!(std::ptr::null_mut(), {
-        let _r = routed!(libc::AT_FDCWD, path, real::fopen64(path, mode));
-        fopen_impl(path, mode)
+        let r = routed!(libc::AT_FDCWD, path, true, real::fopen64(path, mode));
+        fopen_impl(mode, |flags| open::open_routed(r, flags, 0o666))
     })
 }
 
@@ -251,7 +251,10 @@ fn freopen_impl(
     // SAFETY: flushing the old stream before it is replaced.
     unsafe { libc::fflush(fp) };
     let new = if ours_path {
-        fopen_impl(path, mode)
+        // SAFETY: the caller's path.
+        fopen_impl(mode, |flags| unsafe {
+            open::open_any(libc::AT_FDCWD, path, flags, 0o666)
+        })
     } else {
         // SAFETY: a normal stream for a path outside the pool.
         unsafe { real::fopen64(path, mode) }

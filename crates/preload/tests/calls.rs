@@ -129,6 +129,17 @@ fn c_program_on(p: &Pool, name: &str, ok: &str, real_dir: bool, more: &[&str]) {
     p.fsck();
 }
 
+/// Symlinks of a real directory that lead into the pool are followed there, as the kernel
+/// follows them into a mounted file system: as an intermediate or last component, chained,
+/// relative, to the prefix itself, dangling with O_CREAT, in a loop through both sides
+/// (ELOOP), by chdir and opendir and relative to a real directory descriptor; lstat,
+/// readlink, O_NOFOLLOW and unlink act on the link itself (tests/c/reallinks.c, whose
+/// expectations were checked on ext4 and tmpfs without the shim).
+#[test]
+fn real_symlinks_into_the_prefix_are_followed() {
+    c_program_via_daemon("reallinks", "REALLINKS-OK", true);
+}
+
 /// tests/c/removedcwd.c through a daemon, where a child process removes the directories
 /// ("others") and a forked child works in the removed one too.
 #[test]
