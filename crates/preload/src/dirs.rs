@@ -420,7 +420,13 @@ fn scandir_routed(
         );
         // SAFETY: the caller's path is a valid C string (or null).
         if let Ok(crate::route::Route::Pass) = unsafe { crate::route::route(dirfd, path) } {
-            return Ok(pass(f, c));
+            let v = pass(f, c);
+            // Through real symlinks into the prefix, glibc's own opendir failed: the
+            // shim's openat follows them.
+            // SAFETY: the caller's path.
+            if v != -1 || !unsafe { crate::reallinks::failed_for_links(dirfd, path, true) } {
+                return Ok(v);
+            }
         }
         scandir_impl(dirfd, path, list, filter, compar)
     })

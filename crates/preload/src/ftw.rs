@@ -297,7 +297,8 @@ fn cwd() -> Option<Vec<u8>> {
     }
 }
 
-/// Walk the tree at `dir` (under the prefix) as nftw would.
+/// Walk the tree at `dir` (under the prefix, or reaching it through real symlinks) as nftw
+/// would.
 fn walk(dir: *const c_char, callback: Callback, flags: c_int) -> c_int {
     // SAFETY: the caller's C string.
     let mut path = unsafe { std::ffi::CStr::from_ptr(dir) }.to_bytes().to_vec();
@@ -359,6 +360,17 @@ fn walk(dir: *const c_char, callback: Callback, flags: c_int) -> c_int {
     r
 }
 
+/// Whether `dir` reaches the prefix through real symlinks (`reallinks`): glibc's walk
+/// would report it as a dangling symlink, the shim walks it, its calls following them.
+/// Asked of every walk outside the prefix: one `openat2` when `dir` meets no symlink.
+///
+/// # Safety
+/// `dir` is null or a valid C string.
+unsafe fn through_real_links(dir: *const c_char, flags: c_int) -> bool {
+    // SAFETY: the caller's C string.
+    unsafe { crate::reallinks::reroute(libc::AT_FDCWD, dir, flags & FTW_PHYS == 0) }.is_some()
+}
+
 macro_rules! nftws {
     ($($name:ident),*) => {$(
         #[unsafe(no_mangle)]
@@ -370,7 +382,7 @@ macro_rules! nftws {
         ) -> c_int {
             // SAFETY: the caller's C string.
             match f {
-                Some(f) if unsafe { crate::route::is_ours(dir) } => {
+                Some(f) if unsafe { crate::route::is_ours(dir) || through_real_links(dir, flags) } => {
                     crate::util::guard(-1, || Ok(walk(dir, Callback::Nftw(f), flags)))
                 }
                 // SAFETY: forwarding the caller's arguments unchanged.
@@ -387,7 +399,7 @@ macro_rules! ftws {
         pub unsafe extern "C" fn $name(dir: *const c_char, f: Option<FtwFn>, nopenfd: c_int) -> c_int {
             // SAFETY: the caller's C string.
             match f {
-                Some(f) if unsafe { crate::route::is_ours(dir) } => {
+                Some(f) if unsafe { crate::route::is_ours(dir) || through_real_links(dir, 0) } => {
                     crate::util::guard(-1, || Ok(walk(dir, Callback::Ftw(f), 0)))
                 }
                 // SAFETY: forwarding the caller's arguments unchanged.

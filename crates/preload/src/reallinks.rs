@@ -79,6 +79,22 @@ pub unsafe fn after_failure(
     r
 }
 
+/// After a real call of `path` failed: whether it failed with ENOENT because the path
+/// reaches the prefix through real symlinks (errno is kept). For the calls whose libc
+/// version cannot be given a route (scandir, nftw): they then run the shim's own, whose
+/// calls follow the links (`after_failure`).
+///
+/// # Safety
+/// `path` is null or a valid C string.
+#[cold]
+pub unsafe fn failed_for_links(dirfd: c_int, path: *const c_char, follow: bool) -> bool {
+    let e = errno();
+    // SAFETY: as the caller promises.
+    let leads_in = e == libc::ENOENT && unsafe { reroute(dirfd, path, follow) }.is_some();
+    set_errno(e);
+    leads_in
+}
+
 /// The route to the pool of `path` (relative to `dirfd`) if resolving its real symlinks
 /// leads under the mount prefix; `None` if it does not (or cannot be told). Also for a path
 /// the kernel was not asked about (the other path of a rename whose first is ours).
@@ -176,7 +192,7 @@ fn start_dir(dirfd: c_int) -> Option<Vec<u8>> {
         }
         buf.iter().position(|&b| b == 0)?
     } else {
-        crate::route::real_dir_name(dirfd, &mut buf)?
+        crate::util::real_dir_name(dirfd, &mut buf)?
     };
     buf.truncate(n);
     if buf.first() != Some(&b'/') {

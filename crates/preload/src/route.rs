@@ -493,7 +493,7 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
         return Route::Pass;
     }
     let mut dir = [0u8; realcwd::MAX];
-    let Some(n) = real_dir_name(dirfd, &mut dir) else {
+    let Some(n) = crate::util::real_dir_name(dirfd, &mut dir) else {
         return Route::Pass;
     };
     let mut buf = [0u8; realcwd::MAX * 2];
@@ -505,40 +505,6 @@ fn route_real_dir(dirfd: c_int, p: &[u8]) -> Route<'_> {
         Some(rest) => Route::Ours(rest.to_vec().into()),
         None => Route::Pass,
     }
-}
-
-/// The kernel's name of real directory descriptor `dirfd` (its `/proc/self/fd` link) in
-/// `out`: its length, if it is an absolute path that fits. Allocates nothing.
-pub(crate) fn real_dir_name(dirfd: c_int, out: &mut [u8]) -> Option<usize> {
-    // "/proc/self/fd/<dirfd>\0", formatted without allocating.
-    let mut link = [0u8; 32];
-    let head = b"/proc/self/fd/";
-    link[..head.len()].copy_from_slice(head);
-    let mut digits = [0u8; 10];
-    let (mut v, mut nd) = (dirfd as u32, 0);
-    loop {
-        digits[nd] = b'0' + (v % 10) as u8;
-        nd += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for k in 0..nd {
-        link[head.len() + k] = digits[nd - 1 - k];
-    }
-    // SAFETY: readlink of a NUL-terminated path into the caller's buffer of the given size.
-    let n = unsafe {
-        crate::real::readlink(
-            link.as_ptr() as *const c_char,
-            out.as_mut_ptr() as *mut c_char,
-            out.len(),
-        )
-    };
-    if n <= 0 || n as usize >= out.len() || out[0] != b'/' {
-        return None;
-    }
-    Some(n as usize)
 }
 
 /// The absolute name, in the process's view, of a pool path.

@@ -1,5 +1,5 @@
-//! Small pieces every call family uses: errno, the panic guard, a fork-safe lock and C
-//! string helpers.
+//! Small pieces every call family uses: errno, the panic guard, a fork-safe lock, C
+//! string helpers and the kernel's name of a real directory descriptor.
 
 use libc::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -219,6 +219,40 @@ pub fn move_high(fd: c_int) -> c_int {
     };
     crate::ownfds::own(fd);
     fd
+}
+
+/// The kernel's name of real directory descriptor `dirfd` (its `/proc/self/fd` link) in
+/// `out`: its length, if it is an absolute path that fits. Allocates nothing.
+pub fn real_dir_name(dirfd: c_int, out: &mut [u8]) -> Option<usize> {
+    // "/proc/self/fd/<dirfd>\0", formatted without allocating.
+    let mut link = [0u8; 32];
+    let head = b"/proc/self/fd/";
+    link[..head.len()].copy_from_slice(head);
+    let mut digits = [0u8; 10];
+    let (mut v, mut nd) = (dirfd as u32, 0);
+    loop {
+        digits[nd] = b'0' + (v % 10) as u8;
+        nd += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for k in 0..nd {
+        link[head.len() + k] = digits[nd - 1 - k];
+    }
+    // SAFETY: readlink of a NUL-terminated path into the caller's buffer of the given size.
+    let n = unsafe {
+        crate::real::readlink(
+            link.as_ptr() as *const c_char,
+            out.as_mut_ptr() as *mut c_char,
+            out.len(),
+        )
+    };
+    if n <= 0 || n as usize >= out.len() || out[0] != b'/' {
+        return None;
+    }
+    Some(n as usize)
 }
 
 #[cfg(test)]

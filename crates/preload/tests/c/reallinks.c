@@ -9,6 +9,8 @@
 #include "check.h"
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <glob.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -283,6 +285,47 @@ static void directories(void) {
     free(rp);
 }
 
+static int walked, walked_deep, walked_link;
+static char *deep_path;
+
+static int on_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st;
+    (void)f;
+    walked++;
+    walked_deep += strcmp(path, deep_path) == 0 && flag == FTW_F;
+    walked_link += flag == FTW_SL;
+    return 0;
+}
+
+/* glibc's own walks and searches, which the shim makes itself: scandir, nftw, glob. */
+static void walks(void) {
+    struct dirent **names;
+    int k = scandir(joined(R, "p"), &names, NULL, alphasort);
+    CHECK(k == 5);
+    CHECK(strcmp(names[2]->d_name, "file") == 0 && strcmp(names[4]->d_name, "sub") == 0);
+    while (k > 0)
+        free(names[--k]);
+    free(names);
+    FAILS(scandir(joined(R, "p/none"), &names, NULL, alphasort), ENOENT);
+
+    deep_path = strdup(joined(R, "p/sub/deep"));
+    CHECK(nftw(joined(R, "p"), on_entry, 8, 0) == 0);
+    CHECK(walked == 5 && walked_deep == 1 && walked_link == 0);
+    walked = 0;
+    CHECK(nftw(joined(R, "p"), on_entry, 8, FTW_PHYS) == 0);
+    CHECK(walked == 1 && walked_link == 1);
+    FAILS(nftw(joined(R, "p/none"), on_entry, 8, 0), ENOENT);
+    free(deep_path);
+
+    glob_t g;
+    CHECK(glob(joined(R, "p/*"), 0, NULL, &g) == 0);
+    CHECK(g.gl_pathc == 3 && strcmp(g.gl_pathv[0], joined(R, "p/file")) == 0);
+    globfree(&g);
+    CHECK(glob(joined(R, "c1/s*/d*"), 0, NULL, &g) == 0);
+    CHECK(g.gl_pathc == 1 && strcmp(g.gl_pathv[0], joined(R, "c1/sub/deep")) == 0);
+    globfree(&g);
+}
+
 /* A program in the pool run through a link, by execve and execv. */
 static void programs(void) {
     put(joined(M, "proj/seven.sh"), "#!/bin/sh\nexit 7\n");
@@ -316,6 +359,7 @@ int main(int argc, char **argv) {
     the_link_itself();
     changes();
     directories();
+    walks();
     programs();
     printf("REALLINKS-OK\n");
     return 0;
