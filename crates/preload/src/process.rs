@@ -105,14 +105,10 @@ pub unsafe extern "C" fn execve(
             }
         });
         if launch.is_none() && crate::util::errno() == libc::ENOENT {
-            // A program in the pool reached through a real symlink (`reallinks`): run by
-            // its name under the prefix. Looked at only once the kernel failed.
+            // A program in the pool reached through real symlinks: run by its name under
+            // the prefix. Looked at only once the kernel failed.
             // SAFETY: the caller's path.
-            if let Some(r) = unsafe { crate::reallinks::reroute(libc::AT_FDCWD, path, true) } {
-                let crate::route::Route::Ours(inner) = r? else {
-                    return Err(libc::ENOENT);
-                };
-                let name = crate::util::cstring(&crate::route::mounted(&inner))?;
+            if let Some(name) = unsafe { crate::reallinks::program_name(path) }? {
                 // SAFETY: the pool path as a C string, the caller's arguments and
                 // environment.
                 let l =
@@ -238,7 +234,17 @@ pub unsafe extern "C" fn execvpe(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp, &own) };
         // SAFETY: the real execvpe with the caller's file and arguments.
-        replacing_image(|| unsafe { real::execvpe(file, argv, env.as_ptr()) })
+        let r = replacing_image(|| unsafe { real::execvpe(file, argv, env.as_ptr()) });
+        // SAFETY: the caller's file.
+        if crate::util::errno() == libc::ENOENT && unsafe { has_slash(file) } {
+            // SAFETY: the caller's file.
+            if let Some(name) = unsafe { crate::reallinks::program_name(file) }? {
+                // SAFETY: the pool path, the caller's arguments.
+                return Ok(unsafe { execvpe(name.as_ptr(), argv, envp) });
+            }
+            crate::util::set_errno(libc::ENOENT);
+        }
+        r
     })
 }
 
@@ -485,9 +491,23 @@ pub unsafe extern "C" fn posix_spawn(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawn with the caller's arguments, or the launch's.
-        crate::inherit::passing_lock_fds(|| unsafe {
+        let r = crate::inherit::passing_lock_fds(|| unsafe {
             real::posix_spawn(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
-        })
+        });
+        if r == libc::ENOENT && launch.is_none() {
+            // SAFETY: the caller's path.
+            match unsafe { crate::reallinks::program_name(path) } {
+                // SAFETY: the pool path, the caller's other arguments.
+                Ok(Some(name)) => {
+                    return Ok(unsafe {
+                        posix_spawn(pid, name.as_ptr(), fa, at, caller_argv as _, envp)
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => return Ok(e),
+            }
+        }
+        r
     })
 }
 
@@ -548,8 +568,21 @@ pub unsafe extern "C" fn posix_spawnp(
         // SAFETY: the caller's environment array.
         let env = unsafe { fixed_env(envp as *const *const c_char, &own) };
         // SAFETY: the real posix_spawnp with the caller's arguments.
-        crate::inherit::passing_lock_fds(|| unsafe {
+        let r = crate::inherit::passing_lock_fds(|| unsafe {
             real::posix_spawnp(pid, path, fa, at, argv, env.as_ptr() as *const *mut c_char)
-        })
+        });
+        // SAFETY: the caller's file.
+        if r == libc::ENOENT && unsafe { has_slash(path) } {
+            // SAFETY: the caller's path.
+            match unsafe { crate::reallinks::program_name(path) } {
+                // SAFETY: the pool path, the caller's other arguments.
+                Ok(Some(name)) => {
+                    return Ok(unsafe { posix_spawn(pid, name.as_ptr(), fa, at, argv, envp) });
+                }
+                Ok(None) => {}
+                Err(e) => return Ok(e),
+            }
+        }
+        r
     })
 }

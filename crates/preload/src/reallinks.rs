@@ -128,6 +128,24 @@ pub unsafe fn reroute(
     }
 }
 
+/// After the kernel could not find program `path` (ENOENT): its name under the prefix if
+/// it reaches the pool through real symlinks, to be run from there (exec and spawn; a
+/// script then sees that name as its path).
+///
+/// # Safety
+/// `path` is null or a valid C string.
+#[cold]
+pub unsafe fn program_name(path: *const c_char) -> Res<Option<std::ffi::CString>> {
+    // SAFETY: as the caller promises.
+    match unsafe { reroute(libc::AT_FDCWD, path, true) } {
+        None => Ok(None),
+        Some(r) => match r? {
+            Route::Ours(inner) => crate::util::cstring(&crate::route::mounted(&inner)).map(Some),
+            _ => Err(libc::ENOENT),
+        },
+    }
+}
+
 /// The argument of `openat2` (`struct open_how`).
 #[repr(C)]
 struct OpenHow {

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
+#include <spawn.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -326,26 +327,42 @@ static void walks(void) {
     globfree(&g);
 }
 
-/* A program in the pool run through a link, by execve and execv. */
+/* A program in the pool run through a link: execve, execv, execvp, execl, posix_spawn and
+ * posix_spawnp. */
 static void programs(void) {
     put(joined(M, "proj/seven.sh"), "#!/bin/sh\nexit 7\n");
     CHECK(chmod(joined(M, "proj/seven.sh"), 0755) == 0);
-    for (int how = 0; how < 2; how++) {
+    char *args[] = {"seven", NULL};
+    for (int how = 0; how < 4; how++) {
         pid_t pid = fork();
         CHECK(pid >= 0);
         if (pid == 0) {
-            char *args[] = {"seven", NULL};
-            if (how == 0)
-                execve(joined(R, "c1/seven.sh"), args, environ);
-            else
-                execv(joined(R, "p/seven.sh"), args);
+            if (how == 0) execve(joined(R, "c1/seven.sh"), args, environ);
+            if (how == 1) execv(joined(R, "p/seven.sh"), args);
+            if (how == 2) execvp(joined(R, "rel/seven.sh"), args);
+            if (how == 3) execl(joined(R, "root/proj/seven.sh"), "seven", (char *)NULL);
             _exit(99);
         }
         int status;
         CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
         CHECK(WEXITSTATUS(status) == 7);
     }
-    FAILS(execv(joined(R, "p/none"), (char *[]){"none", NULL}), ENOENT);
+    static const char *spawned[] = {"p/seven.sh", "c1/seven.sh"};
+    for (int how = 0; how < 2; how++) {
+        pid_t pid;
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", R, spawned[how]);
+        int e = how ? posix_spawnp(&pid, path, NULL, NULL, args, environ)
+                    : posix_spawn(&pid, path, NULL, NULL, args, environ);
+        CHECK(e == 0);
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 7);
+    }
+    pid_t pid;
+    CHECK(posix_spawn(&pid, joined(R, "p/none"), NULL, NULL, args, environ) == ENOENT);
+    FAILS(execv(joined(R, "p/none"), args), ENOENT);
+    FAILS(execvp(joined(R, "p/none"), args), ENOENT);
 }
 
 int main(int argc, char **argv) {
