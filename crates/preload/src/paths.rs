@@ -62,11 +62,12 @@ type Fast<'f> = &'f dyn Fn(&engram_core::Fs, Starts) -> engram_core::Result<()>;
 fn two(
     (fd1, p1): (c_int, *const c_char),
     (fd2, p2): (c_int, *const c_char),
-    follow1: bool,
+    lookups: (Lookup, Lookup),
     fast: Option<Fast>,
     pool: impl FnOnce(&engram_core::Fs, PoolPath, PoolPath) -> Res<c_int>,
     realf: impl Fn((c_int, *const c_char), (c_int, *const c_char)) -> c_int,
 ) -> c_int {
+    let follow1 = matches!(lookups.0, Lookup::Whole { follow: true });
     // SAFETY: the caller's paths are valid C strings.
     let (mut r1, mut r2) = unsafe { (route(fd1, p1), route(fd2, p2)) };
     let (pass1, pass2) = (matches!(r1, Ok(Route::Pass)), matches!(r2, Ok(Route::Pass)));
@@ -112,9 +113,89 @@ fn two(
         match (a.pool(), b.pool(), a.real(), b.real()) {
             (Some((fs, da, a)), Some((_, db, b)), _, _) => pool(fs, (da, a), (db, b)),
             (_, _, Some(x), Some(y)) => real_ret(realf(x, y)),
-            _ => Err(libc::EXDEV),
+            _ => Err((a.looked_up(lookups.0))
+                .and(b.looked_up(lookups.1))
+                .err()
+                .unwrap_or(libc::EXDEV)),
         }
     })
+}
+
+/// What of a path Linux looks up before it compares the two file systems of a rename or
+/// link: ENOENT, ENOTDIR and the like, and a link's EEXIST, come before EXDEV.
+#[derive(Clone, Copy)]
+enum Lookup {
+    /// The directory the name is in (a rename's two names).
+    Parent,
+    /// The whole path (a link's existing name).
+    Whole { follow: bool },
+    /// The directory, and the name not taken (a link's new name).
+    New,
+}
+
+impl Any {
+    /// Look the path up as Linux does before EXDEV (see `Lookup`).
+    fn looked_up(&self, what: Lookup) -> Res<()> {
+        if let Lookup::New = what {
+            self.looked_up(Lookup::Parent)?;
+            return match self.looked_up(Lookup::Whole { follow: false }) {
+                Ok(()) => Err(libc::EEXIST),
+                Err(_) => Ok(()),
+            };
+        }
+        let (path, whole) = match (self, what) {
+            (Any::Side(Side::Removed(..)), _) => return Ok(()),
+            (_, Lookup::Whole { follow }) => (None, Some(follow)),
+            // SAFETY: the caller's path, a valid C string (null paths were refused).
+            (Any::Orig(_, p), _) => (Some(parent_of(unsafe { cbytes(*p) })), None),
+            (Any::Side(Side::Real(p)), _) => (Some(parent_of(p.as_bytes())), None),
+            (Any::Side(Side::Pool(_, p)), _) => (Some(parent_of(p)), None),
+        };
+        match self {
+            Any::Side(Side::Pool(fs, p)) => {
+                let m = fs
+                    .stat_at(None, path.unwrap_or(p), whole.unwrap_or(true))
+                    .map_err(en)?;
+                if whole.is_none() && !m.is_dir() {
+                    return Err(libc::ENOTDIR);
+                }
+                Ok(())
+            }
+            _ => {
+                let (fd, p) = self.real().ok_or(libc::EXDEV)?;
+                let p = match path {
+                    Some(parent) => std::ffi::CString::new(parent).map_err(|_| libc::EINVAL)?,
+                    // SAFETY: the caller's path, a valid C string, or our resolved one.
+                    None => std::ffi::CString::from(unsafe { std::ffi::CStr::from_ptr(p) }),
+                };
+                // SAFETY: a plain C struct, all zeros valid.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                let flags = match whole {
+                    Some(false) => libc::AT_SYMLINK_NOFOLLOW,
+                    _ => 0,
+                };
+                // SAFETY: fstatat of a NUL-terminated path into a local buffer.
+                if unsafe { real::fstatat(fd, p.as_ptr(), &mut st, flags) } != 0 {
+                    return Err(crate::util::errno());
+                }
+                if whole.is_none() && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                    return Err(libc::ENOTDIR);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The directory part of `p` ("." for a bare name, "/" for a name in the root), trailing
+/// slashes ignored.
+fn parent_of(p: &[u8]) -> &[u8] {
+    let end = p.iter().rposition(|&c| c != b'/').map_or(0, |k| k + 1);
+    match p[..end].iter().rposition(|&c| c == b'/') {
+        None => b".",
+        Some(0) => b"/",
+        Some(k) => &p[..k],
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -159,7 +240,7 @@ pub(crate) fn renameat2_inside(
         two(
             (fd1, from),
             (fd2, to),
-            false,
+            (Lookup::Parent, Lookup::Parent),
             Some(&|fs, ((d1, a), (d2, b))| fs.rename_from(d1, a, d2, b, flags)),
             |fs, (da, a), (db, b)| {
                 if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
@@ -206,7 +287,7 @@ pub unsafe extern "C" fn linkat(
         two(
             (fd1, from),
             (fd2, to),
-            follow,
+            (Lookup::Whole { follow }, Lookup::New),
             Some(&|fs, ((d1, a), (d2, b))| fs.link_from(d1, a, d2, b, follow)),
             |fs, (da, a), (db, b)| ok(fs.link_at(da, a, db, b, follow)),
             // SAFETY: the real call with the caller's (or resolved) paths.

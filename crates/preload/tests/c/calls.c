@@ -649,6 +649,22 @@ static void boundary(void) {
     CHECK(linkat(AT_FDCWD, real, AT_FDCWD, M "/cross2", 0) == -1 && errno == EXDEV);
     CHECK(linkat(AT_FDCWD, M "/cross", AT_FDCWD, real2, 0) == -1 && errno == EXDEV);
     CHECK(link(M "/cross", real2) == -1 && errno == EXDEV);
+    /* What Linux looks up before it compares file systems comes first (checked with
+     * /dev/shm against /tmp on ext4): each name's directory (ENOENT, ENOTDIR), a link's
+     * existing name (ENOENT) and its new name (EEXIST); not a rename's old name itself. */
+    char nodir[4200], under_file[4200];
+    snprintf(nodir, sizeof nodir, "%s/nodir/x", real_dir);
+    snprintf(under_file, sizeof under_file, "%s/cross/x", real_dir);
+    CHECK(rename(M "/cross", nodir) == -1 && errno == ENOENT);
+    CHECK(rename(M "/nodir/x", real2) == -1 && errno == ENOENT);
+    CHECK(rename(M "/cross", under_file) == -1 && errno == ENOTDIR);
+    CHECK(rename(M "/cross/x", real2) == -1 && errno == ENOTDIR);
+    CHECK(rename(M "/nonexistent", real2) == -1 && errno == EXDEV);
+    CHECK(rename(M "/cross", real) == -1 && errno == EXDEV);
+    CHECK(link(M "/nonexistent", real2) == -1 && errno == ENOENT);
+    CHECK(link(real, M "/cross") == -1 && errno == EEXIST);
+    CHECK(link(M "/cross", real) == -1 && errno == EEXIST);
+    CHECK(link(M "/cross", nodir) == -1 && errno == ENOENT);
     /* Nothing moved. */
     CHECK(!strcmp(get(M "/cross"), "pool") && !strcmp(get(real), "real"));
     CHECK(access(real2, F_OK) == -1 && errno == ENOENT);
