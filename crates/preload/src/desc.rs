@@ -13,14 +13,19 @@
 //! and mapping a memfd costs about 20 µs; most descriptions (databases open everything
 //! close-on-exec) never need one.
 //!
-//! The number a published description holds is the memfd reopened read-only, its kernel
-//! offset at the page's end (`stand_in`): a program that bypasses libc (a static binary,
-//! Go) and writes to an inherited pool descriptor gets EBADF, and one that reads gets end
-//! of file. Found by probing: with the memfd itself there, `go env > /mnt/engram/x` wrote
-//! over the state page that its parent shell shared, whose next write then failed with
-//! EBADF (or, with 200 bytes, aborted in the offset lock), and a forged page sent the
-//! shell's writes into another file. An image that inherits it maps the page through
-//! /proc/self/fd (`map_inherited`).
+//! The number a published description holds is the memfd reopened with no access
+//! (`stand_in`), and a private one's is the shim's /dev/null opened the same way
+//! (`NO_ACCESS`): a program or a kernel interface that bypasses libc (a static binary, Go,
+//! io_uring, Linux AIO, a raw system call) gets EBADF for a read or a write of a pool
+//! descriptor, never success without the file's bytes. Found by probing: with the memfd
+//! itself there, `go env > /mnt/engram/x` wrote over the state page that its parent shell
+//! shared, whose next write then failed with EBADF (or, with 200 bytes, aborted in the
+//! offset lock), and a forged page sent the shell's writes into another file; with a
+//! readable stand-in, AIO reads at offset 0 returned the page; with /dev/null open for
+//! writing behind a private descriptor, MariaDB's io_uring writes reported success and
+//! its data files stayed zeros. An image that inherits a published description maps the
+//! page through /proc/self/fd (`map_inherited`), which reopens it for reading and
+//! writing.
 
 use crate::real;
 use crate::util::{Res, errno};
@@ -29,6 +34,11 @@ use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const DESC_BYTES: usize = 8192;
+/// Open flags for neither reading nor writing (Linux's access mode 3: permission to both is
+/// checked at open). Such a descriptor can be polled, stat'ed, duplicated and reopened
+/// through /proc/self/fd, while read, write, AIO and io_uring on it give EBADF and mmap
+/// EACCES.
+pub const NO_ACCESS: c_int = libc::O_ACCMODE;
 /// Its last bytes are the layout's version (03: the offset lock, a pthread mutex).
 pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"ENGRFD03");
 pub const MEMFD_PREFIX: &[u8] = b"/memfd:engram-fd";
@@ -172,14 +182,21 @@ fn take_spare() -> Option<c_int> {
     }
 }
 
-/// The shim's /dev/null (opened on first use), which placeholders duplicate.
+/// The shim's /dev/null (opened on first use, with no access), which placeholders
+/// duplicate.
 pub(crate) fn dev_null() -> Res<c_int> {
     let fd = NULL_FD.load(Ordering::Acquire);
     if fd >= 0 {
         return Ok(fd);
     }
+    // Read-only where /dev/null may not be opened for both (writes still fail).
     // SAFETY: opening /dev/null with the real call.
-    let fd = unsafe { real::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    let fd = unsafe {
+        match real::open(c"/dev/null".as_ptr(), NO_ACCESS | libc::O_CLOEXEC, 0) {
+            -1 => real::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0),
+            fd => fd,
+        }
+    };
     if fd < 0 {
         return Err(errno());
     }
@@ -235,12 +252,9 @@ pub fn map_inherited(fd: c_int) -> Res<NonNull<DescState>> {
 }
 
 /// The descriptor a published description's numbers become: memfd `memfd` opened again
-/// read-only, its offset at the end of the page (see the module's comment).
+/// with no access (see the module's comment).
 fn stand_in(memfd: c_int) -> Res<c_int> {
-    let fd = crate::util::reopen(memfd, libc::O_RDONLY)?;
-    // SAFETY: moving the offset of the descriptor opened above.
-    unsafe { real::lseek(fd, DESC_BYTES as libc::off_t, libc::SEEK_SET) };
-    Ok(fd)
+    crate::util::reopen(memfd, NO_ACCESS)
 }
 
 fn map(fd: c_int) -> Res<NonNull<DescState>> {

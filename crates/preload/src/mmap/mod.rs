@@ -258,10 +258,12 @@ macro_rules! mmaps {
                 let kind = flags & libc::MAP_TYPE;
                 let is_shared = kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE;
                 let call = MapCall { addr, len, prot, flags, off: off as u64 };
-                if is_shared
-                    && (prot & libc::PROT_WRITE != 0 || of.writable() || may_write(&of))
-                {
+                if is_shared && (prot & libc::PROT_WRITE != 0 || of.writable()) {
                     shared(&of, call)
+                } else if is_shared && may_write(&of) {
+                    // Where the backing file cannot be had (a daemon of another user
+                    // refuses to count the mapping, ENODEV), the copy this was before.
+                    shared(&of, call).or_else(|_| copies::snapshot(&of, call, true))
                 } else {
                     copies::snapshot(&of, call, is_shared)
                 }
