@@ -10,13 +10,31 @@ use engram_core::Fallocate;
 use libc::{c_int, c_uint, c_void, iovec, off_t, size_t, ssize_t};
 use std::sync::Arc;
 
+/// A read of `of` as a program's `pread` makes it: of a file some process maps shared, as
+/// the mappings show it (`mmap::read_mapped`).
 pub fn pread_of(of: &OpenFile, b: &mut [u8], off: u64) -> Res<usize> {
+    check_readable(of)?;
+    crate::mmap::read_mapped(of, b, off).unwrap_or_else(|| file_read(of, b, off))
+}
+
+/// A read of the file itself, whatever the mappings hold (what they are compared with
+/// and filled from).
+pub fn pread_file(of: &OpenFile, b: &mut [u8], off: u64) -> Res<usize> {
+    check_readable(of)?;
+    file_read(of, b, off)
+}
+
+fn check_readable(of: &OpenFile) -> Res<()> {
     if of.is_dir() {
         return Err(libc::EISDIR);
     }
     if !of.readable() {
         return Err(libc::EBADF);
     }
+    Ok(())
+}
+
+fn file_read(of: &OpenFile, b: &mut [u8], off: u64) -> Res<usize> {
     of.with_file(|f| f.read_at(b, off).map_err(en))
 }
 

@@ -247,6 +247,15 @@ fn msync_writes_back_the_pages_this_process_stored_to() {
     c_program_via_daemon_with("mapdirty", "MAPDIRTY-OK", false, &["shim"]);
 }
 
+/// Stores through a shared mapping are seen at once by read and pread, through any
+/// descriptor and process, also past the mapped part (tests/c/mapread.c, checked on tmpfs
+/// and ext4). Before, reads gave the bytes from before the stores until a write-back
+/// (Tokyo Cabinet's hash databases broke, found by probing).
+#[test]
+fn reads_see_stores_through_shared_mappings() {
+    c_program_via_daemon("mapread", "MAPREAD-OK", false);
+}
+
 /// Reads and writes that bypass libc (Linux AIO, the raw system call instruction; io_uring
 /// takes the same path in the kernel) on a private and on a shared pool descriptor fail
 /// with EBADF, never succeed without the file's bytes (tests/c/kernelio.c, which succeeds

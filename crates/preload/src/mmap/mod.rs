@@ -12,7 +12,7 @@
 //! writers of the backing file wait for (`FillLock`): a write is then either in what the
 //! fill read or written over it.
 
-use crate::io::pread_of;
+use crate::io::pread_file;
 use crate::session::{self, op};
 use crate::table::OpenFile;
 use crate::util::{Res, en, errno, guard};
@@ -28,9 +28,11 @@ use writeback::{detach, forget, write_back};
 mod backing;
 mod copies;
 mod dirty;
+mod reads;
 mod writeback;
 mod writes;
 
+pub use reads::read_mapped;
 pub use writeback::{at_exit, write_back_all};
 pub use writes::{
     WriteHold, clearing, growing_write, hold_for_write, mapped_now, resizing, written, written_held,
@@ -107,7 +109,7 @@ fn maps() -> Maps {
 fn load(of: &OpenFile, dst: &mut [u8], off: u64) -> Res<()> {
     let mut done = 0;
     while done < dst.len() {
-        let n = pread_of(of, &mut dst[done..], off + done as u64)?;
+        let n = pread_file(of, &mut dst[done..], off + done as u64)?;
         if n == 0 {
             dst[done..].fill(0);
             break;
