@@ -37,11 +37,15 @@ pub fn forks() -> u64 {
 }
 
 pub fn before_fork() {
-    FORKS.fetch_add(1, Ordering::AcqRel);
     crate::real::resolve_exec();
     // First: a thread waiting here holds nothing a spawning thread's own fork needs.
     crate::spawn::before_fork();
     crate::opguard::before_fork();
+    // Once no operation runs: a mapping being made in another thread (under the guard)
+    // took the count before it, and is compared from now on; counted before the wait, it
+    // was taken for one made after the fork, and a child's stores to it were lost (found
+    // in review).
+    FORKS.fetch_add(1, Ordering::AcqRel);
     crate::table::lock_for_fork();
 }
 

@@ -164,7 +164,8 @@ fn shared(of: &Arc<OpenFile>, call: MapCall) -> Res<*mut c_void> {
     });
     match mapped {
         Ok(p) => {
-            let tracking = dirty::Tracking::new(p as usize, len, writable);
+            let size = crate::io::size_of(of).unwrap_or(u64::MAX);
+            let tracking = dirty::Tracking::new(p as usize, len, off, size, writable);
             maps().push(Mapping {
                 addr: p as usize,
                 len,
@@ -285,9 +286,32 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
         }
         let r = guard(-1, || {
             let _op = op();
-            let a = addr as usize;
-            for m in maps().iter_mut() {
-                write_back(m, a, a.saturating_add(len), true)?;
+            let (a, end) = (addr as usize, (addr as usize).saturating_add(len));
+            let mut maps = maps();
+            let inside = |m: &Mapping| m.addr < end && a < m.addr + m.len;
+            // The parts of files the range maps: (backing file, from, to in the file).
+            let mut parts = Vec::new();
+            for m in maps.iter_mut() {
+                if inside(m) {
+                    let (from, to) = (a.max(m.addr) - m.addr, end.min(m.addr + m.len) - m.addr);
+                    parts.push((m.name.clone(), m.off + from as u64, m.off + to as u64));
+                }
+                write_back(m, a, end, true)?;
+            }
+            // Linux's msync writes the file's pages back whichever mapping stored to them:
+            // so the stores of this process's other mappings of those parts too (found in
+            // review: they were written back only at that mapping's own msync or munmap).
+            // Not a forked child's copies of its parent's mappings: the parent's to write.
+            let now = session::generation();
+            for m in maps.iter_mut().filter(|m| !inside(m) && m.born == now) {
+                for (name, from, to) in &parts {
+                    let mapped = m.off..m.off + m.len as u64;
+                    if m.name == *name && *from < mapped.end && mapped.start < *to {
+                        let start = m.addr + from.saturating_sub(m.off) as usize;
+                        let stop = m.addr + (to - m.off).min(m.len as u64) as usize;
+                        write_back(m, start, stop, true)?;
+                    }
+                }
             }
             Ok(0)
         });
