@@ -24,7 +24,7 @@ fn c_program_exercises_the_less_common_calls() {
     std::fs::create_dir_all(&real).unwrap();
     let mut c = p.command(exe.to_str().unwrap());
     c.arg(&real);
-    let out = output(c, Duration::from_secs(300));
+    let out = output(c, Duration::from_secs(270));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -118,9 +118,9 @@ fn c_program_on(p: &Pool, name: &str, ok: &str, real_dir: bool, more: &[&str]) {
         c.arg(real);
     }
     c.args(more);
-    // A guard against a hang, not a time limit: the mapping stress programs take 30 s on an
-    // idle machine and up to 110 s beside a build (two cores).
-    let out = output(c, Duration::from_secs(300));
+    // A guard against a hang, not a time limit (inside nextest's 300 s): the mapping stress
+    // programs take 30 s on an idle machine and up to 110 s beside a build (two cores).
+    let out = output(c, Duration::from_secs(270));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(ok),
