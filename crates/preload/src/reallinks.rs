@@ -10,6 +10,14 @@
 //! Python's and a compiler's probing) meet none and cost that one system call more. The
 //! others are walked, and each link's target is checked the same way before its
 //! components are (`/bin/x`, `/bin` a link to `usr/bin`: three system calls more).
+//!
+//! Up to the prefix none of this allocates or takes a lock: the call that failed may have
+//! been made in a signal handler, after fork or in a vfork child, and on a merged-/usr
+//! system every failing path under /bin, /lib or /var/run meets a link. The walk works in
+//! fixed buffers on the stack (`StackPath`: `readlink` into one, the paths NUL-terminated in
+//! place); a path too long for them is given up on and the kernel's error stands. Only once
+//! the walk is under the prefix (`leaves_pool`: the session, the pool's own resolution) is
+//! it a pool call, which allocates as every pool call does.
 
 use crate::route::{Route, strip_mount};
 use crate::util::{Res, cbytes, errno, set_errno};
@@ -116,12 +124,11 @@ pub unsafe fn reroute(
     if p.is_empty() || !unsafe { meets_symlink(dirfd, path, follow) } {
         return None;
     }
-    let start = if p[0] == b'/' {
-        Vec::new()
-    } else {
-        start_dir(dirfd)?
-    };
-    match walk(start, p, follow) {
+    let mut start = StackPath::new();
+    if p[0] != b'/' {
+        start_dir(dirfd, &mut start)?;
+    }
+    match walk(&mut start, p, follow) {
         Ok(Some(inner)) => Some(Ok(Route::Ours(Cow::Owned(inner)))),
         Ok(None) => None,
         Err(e) => Some(Err(e)),
@@ -195,35 +202,94 @@ unsafe fn meets_symlink(dirfd: c_int, path: *const c_char, follow: bool) -> bool
     )
 }
 
-/// The canonical real directory a relative path starts from ("" for the root), or None
-/// where it cannot be known.
-fn start_dir(dirfd: c_int) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+/// Bytes of the walk's buffers: a path as long as the kernel takes (PATH_MAX with its NUL)
+/// and the slash a join adds.
+const BUF: usize = libc::PATH_MAX as usize + 2;
+
+/// A path in a fixed buffer on the stack, with room for its NUL: the walk allocates
+/// nothing before it reaches the prefix. A path too long for it is given up on (the
+/// kernel's error stands).
+struct StackPath {
+    b: [u8; BUF],
+    len: usize,
+}
+
+impl StackPath {
+    fn new() -> Self {
+        StackPath {
+            b: [0; BUF],
+            len: 0,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.b[..self.len]
+    }
+
+    /// Append `parts`; None (and unchanged) if they do not fit with a NUL after them.
+    fn push(&mut self, parts: &[&[u8]]) -> Option<()> {
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        if self.len + n >= BUF {
+            return None;
+        }
+        for p in parts {
+            self.b[self.len..self.len + p.len()].copy_from_slice(p);
+            self.len += p.len();
+        }
+        Some(())
+    }
+
+    fn set(&mut self, parts: &[&[u8]]) -> Option<()> {
+        self.len = 0;
+        self.push(parts)
+    }
+
+    /// Replace the bytes before `pos` with `head` (a link's target before the rest of the
+    /// path); None (and unchanged) if the result does not fit.
+    fn splice(&mut self, pos: usize, head: &[u8]) -> Option<()> {
+        let tail = self.len - pos;
+        if head.len() + tail >= BUF {
+            return None;
+        }
+        self.b.copy_within(pos..self.len, head.len());
+        self.b[..head.len()].copy_from_slice(head);
+        self.len = head.len() + tail;
+        Some(())
+    }
+
+    /// The path as a C string (NUL-terminated in place).
+    fn c_str(&mut self) -> *const c_char {
+        self.b[self.len] = 0;
+        self.b.as_ptr() as *const c_char
+    }
+}
+
+/// The canonical real directory a relative path starts from into `out` ("" for the root);
+/// None where it cannot be known.
+fn start_dir(dirfd: c_int, out: &mut StackPath) -> Option<()> {
     let n = if dirfd == libc::AT_FDCWD {
         if crate::vcwd::is_set() {
             return None;
         }
-        // SAFETY: getcwd into a local buffer of the given size.
-        let p = unsafe { crate::real::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };
+        // SAFETY: getcwd into `out`'s buffer, BUF bytes.
+        let p = unsafe { crate::real::getcwd(out.b.as_mut_ptr() as *mut c_char, BUF) };
         if p.is_null() {
             return None;
         }
-        buf.iter().position(|&b| b == 0)?
+        out.b.iter().position(|&b| b == 0)?
     } else {
-        crate::util::real_dir_name(dirfd, &mut buf)?
+        crate::util::real_dir_name(dirfd, &mut out.b)?
     };
-    buf.truncate(n);
-    if buf.first() != Some(&b'/') {
+    if n == 0 || n >= BUF - 1 || out.b[0] != b'/' {
         return None;
     }
-    if buf == b"/" {
-        buf.clear();
-    }
-    Some(buf)
+    out.len = if n == 1 { 0 } else { n };
+    Some(())
 }
 
-/// The next component of `p` at or after `*pos` (skipping slashes), advancing `*pos`.
-fn next_comp<'a>(p: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+/// The next component of `p` at or after `*pos` (skipping slashes), advancing `*pos`: its
+/// range.
+fn next_comp(p: &[u8], pos: &mut usize) -> Option<(usize, usize)> {
     while *pos < p.len() && p[*pos] == b'/' {
         *pos += 1;
     }
@@ -234,21 +300,19 @@ fn next_comp<'a>(p: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
     while *pos < p.len() && p[*pos] != b'/' {
         *pos += 1;
     }
-    Some(&p[start..*pos])
+    Some((start, *pos))
 }
 
-/// What a real path is, by `readlink` alone (one system call): a symlink's target, or
-/// `None` for anything else that exists; `Err` if it does not (or a component before it
-/// is not a directory).
-fn link_target(path: &[u8]) -> Result<Option<Vec<u8>>, ()> {
-    let c = std::ffi::CString::new(path).map_err(|_| ())?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: readlink of a valid C path into a local buffer of the given size.
-    let n =
-        unsafe { crate::real::readlink(c.as_ptr(), buf.as_mut_ptr() as *mut c_char, buf.len()) };
-    if n > 0 {
-        buf.truncate(n as usize);
-        return Ok(Some(buf));
+/// What a real path is, by `readlink` alone (one system call): a symlink, its target read
+/// into `target` (`Some(length)`), or `None` for anything else that exists; `Err` if it
+/// does not (or a component before it is not a directory), or the target does not fit.
+fn link_target(path: &mut StackPath, target: &mut StackPath) -> Result<Option<usize>, ()> {
+    let c = path.c_str();
+    // SAFETY: readlink of a NUL-terminated path into a local buffer of the given size.
+    let n = unsafe { crate::real::readlink(c, target.b.as_mut_ptr() as *mut c_char, BUF - 1) };
+    if n > 0 && (n as usize) < BUF - 1 {
+        target.len = n as usize;
+        return Ok(Some(n as usize));
     }
     if n < 0 && errno() == libc::EINVAL {
         return Ok(None);
@@ -262,26 +326,34 @@ fn has_dotdot(p: &[u8]) -> bool {
 
 /// Walk `path` from the canonical real directory `resolved` ("" for the root) as the kernel
 /// would: the pool path it enters the prefix with, or None if it stays in the real file
-/// system. The walk goes on where the pool sends it back out (a pool symlink to a real
-/// path), so that a loop through both sides ends in ELOOP, as it would on Linux; it then
-/// answers the last pool path it entered by, from which the pool's own resolution leads
-/// the call back out.
-fn walk(mut resolved: Vec<u8>, path: &[u8], follow: bool) -> Res<Option<Vec<u8>>> {
-    let mut rest = path.to_vec();
+/// system (or is too long for the buffers). The walk goes on where the pool sends it back
+/// out (a pool symlink to a real path), so that a loop through both sides ends in ELOOP, as
+/// it would on Linux; it then answers the last pool path it entered by, from which the
+/// pool's own resolution leads the call back out. Until the walk is under the prefix it
+/// allocates nothing and takes no lock; from there on it is a pool call.
+fn walk(resolved: &mut StackPath, path: &[u8], follow: bool) -> Res<Option<Vec<u8>>> {
+    let mut rest = StackPath::new();
+    if rest.set(&[path]).is_none() {
+        return Ok(None);
+    }
+    // The whole path (`resolved`, then the rest), then a link's target.
+    let mut scratch = StackPath::new();
     let mut pos = 0;
     let mut links = 0u32;
     let mut entered = None;
-    let mut full = Vec::new();
     // Whether `rest` was just replaced by a link's target (the caller looked at `path`).
     let mut fresh = false;
     loop {
+        // Too long for the buffers: the kernel's answer stands.
+        if scratch
+            .set(&[resolved.bytes(), b"/", &rest.bytes()[pos..]])
+            .is_none()
+        {
+            return Ok(entered);
+        }
         // Under the prefix, lexically, from here on: the pool's, as `route` decides for a
-        // path given so.
-        full.clear();
-        full.extend_from_slice(&resolved);
-        full.push(b'/');
-        full.extend_from_slice(&rest[pos..]);
-        if let Some(inner) = strip_mount(&full) {
+        // path given so. Only here does the walk reach the pool.
+        if let Some(inner) = strip_mount(scratch.bytes()) {
             let inner = if inner.is_empty() { &b"/"[..] } else { inner }.to_vec();
             match leaves_pool(&inner, follow) {
                 None => return Ok(Some(inner)),
@@ -290,9 +362,12 @@ fn walk(mut resolved: Vec<u8>, path: &[u8], follow: bool) -> Res<Option<Vec<u8>>
                     if links > MAX_LINKS {
                         return Err(libc::ELOOP);
                     }
+                    // Too long to walk: the pool's own resolution leads the call out.
+                    if rest.set(&[&real]).is_none() {
+                        return Ok(Some(inner));
+                    }
                     entered = Some(inner);
-                    resolved.clear();
-                    rest = real;
+                    resolved.len = 0;
                     pos = 0;
                     fresh = true;
                     continue;
@@ -302,55 +377,55 @@ fn walk(mut resolved: Vec<u8>, path: &[u8], follow: bool) -> Res<Option<Vec<u8>>
         // A target whose lookup meets no further symlink stays where it is (a ".." past a
         // missing component could not be taken lexically): one system call for the rest
         // of a path such as /bin/x, /bin being a link to usr/bin.
-        if fresh && !has_dotdot(&full) && !full_meets_symlink(&full, follow) {
+        if fresh && !has_dotdot(scratch.bytes()) && {
+            let c = scratch.c_str();
+            // SAFETY: a NUL-terminated path in a local buffer.
+            !unsafe { meets_symlink(libc::AT_FDCWD, c, follow) }
+        } {
             return Ok(entered);
         }
         fresh = false;
-        let Some(c) = next_comp(&rest, &mut pos) else {
+        let Some((s, e)) = next_comp(rest.bytes(), &mut pos) else {
             return Ok(entered);
         };
+        let c = &rest.b[s..e];
         if c == b"." {
             continue;
         }
         if c == b".." {
             // `resolved` holds no symlink, so its parent is lexical.
-            let cut = resolved.iter().rposition(|&b| b == b'/').unwrap_or(0);
-            resolved.truncate(cut);
+            resolved.len = resolved
+                .bytes()
+                .iter()
+                .rposition(|&b| b == b'/')
+                .unwrap_or(0);
             continue;
         }
         // A last component not followed: the call acts on it in the real file system.
-        if pos == rest.len() && !follow {
+        if pos == rest.len && !follow {
             return Ok(entered);
         }
-        let here = resolved.len();
-        resolved.push(b'/');
-        resolved.extend_from_slice(c);
-        match link_target(&resolved) {
+        let here = resolved.len;
+        if resolved.push(&[b"/", c]).is_none() {
+            return Ok(entered);
+        }
+        match link_target(resolved, &mut scratch) {
             Ok(None) => {}
-            Ok(Some(target)) => {
+            Ok(Some(n)) => {
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(libc::ELOOP);
                 }
-                resolved.truncate(if target[0] == b'/' { 0 } else { here });
-                let mut next = target;
-                next.extend_from_slice(&rest[pos..]);
-                rest = next;
+                if rest.splice(pos, &scratch.b[..n]).is_none() {
+                    return Ok(entered);
+                }
+                resolved.len = if scratch.b[0] == b'/' { 0 } else { here };
                 pos = 0;
                 fresh = true;
             }
             // Missing, or a file with more to walk: the real file system's answer stands.
             Err(()) => return Ok(entered),
         }
-    }
-}
-
-/// `meets_symlink` for an absolute path held as bytes.
-fn full_meets_symlink(full: &[u8], follow: bool) -> bool {
-    match std::ffi::CString::new(full) {
-        // SAFETY: a valid C path.
-        Ok(c) => unsafe { meets_symlink(libc::AT_FDCWD, c.as_ptr(), follow) },
-        Err(_) => true,
     }
 }
 

@@ -142,6 +142,14 @@ fn real_symlinks_into_the_prefix_are_followed() {
     c_program_via_daemon("reallinks", "REALLINKS-OK", true);
 }
 
+/// A signal handler may stat a missing path behind a real symlink while the program
+/// mallocs: the shim's look at the failed call (does it reach the prefix through the
+/// link?) allocates nothing and takes no lock (tests/c/sigstat.c; it aborted in malloc).
+#[test]
+fn a_signal_handler_may_stat_a_missing_path_behind_a_real_symlink() {
+    c_program_via_daemon("sigstat", "SIGSTAT-OK", true);
+}
+
 /// tests/c/removedcwd.c through a daemon, where a child process removes the directories
 /// ("others") and a forked child works in the removed one too.
 #[test]
