@@ -298,22 +298,6 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     })
 }
 
-/// Open a path of any side for the shim's own use (fopen, opendir): the descriptor.
-///
-/// # Safety
-/// `path` is a valid C string.
-pub unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    crate::guarded!(-1, {
-        let r = routed!(
-            dirfd,
-            path,
-            follows(flags),
-            real::openat64(dirfd, path, flags, mode)
-        );
-        open_routed(r, flags, mode)
-    })
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     crate::guarded!(-1, {

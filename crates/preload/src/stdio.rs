@@ -253,7 +253,7 @@ fn freopen_impl(
     let new = if ours_path {
         // SAFETY: the caller's path.
         fopen_impl(mode, |flags| unsafe {
-            open::open_any(libc::AT_FDCWD, path, flags, 0o666)
+            open::openat64(libc::AT_FDCWD, path, flags, 0o666)
         })
     } else {
         // SAFETY: a normal stream for a path outside the pool.

@@ -129,6 +129,21 @@ fn backing_size(fd: c_int) -> Res<u64> {
     backing_stat(fd).map(|st| st.st_size as u64)
 }
 
+/// Whether backing file `st` of a file of owner `uid`, group `gid` and mode `mode` is one
+/// to take bytes from. Anyone may make files in /dev/shm: one that others may write, or
+/// that a user who may not write the file made, would let them change what a mapping
+/// shows, and so what it writes back (or what a read gives).
+pub(super) fn trusted(st: &libc::stat, uid: u32, gid: u32, mode: u32) -> bool {
+    // SAFETY: geteuid has no failure.
+    let mine = st.st_uid == unsafe { libc::geteuid() };
+    st.st_mode & 0o022 == 0 && (mine || sidefiles::map_file_trusted(st, uid, gid, mode))
+}
+
+/// Whether backing file `st` is filled and marked current (see `prepare_backing`).
+pub(super) fn current(st: &libc::stat) -> bool {
+    sidefiles::map_file_is_current(st.st_mode) && st.st_mode & sidefiles::MAP_FILLED != 0
+}
+
 /// Make backing file `fd` ready to map up to `end`: filled from the file if this process
 /// is the first to map the inode (`first`, holding it exclusively), grown to `end` if not.
 pub(super) fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -> Res<()> {
@@ -136,12 +151,7 @@ pub(super) fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -
     // SAFETY: geteuid has no failure.
     let mine = st.st_uid == unsafe { libc::geteuid() };
     let meta = of.with_file(|f| f.metadata().map_err(en))?;
-    // Anyone may make files in /dev/shm: one that others may write, or that a user who may
-    // not write the file made, would let them change what this mapping shows, and so what
-    // it writes back.
-    if st.st_mode & 0o022 != 0
-        || (!mine && !sidefiles::map_file_trusted(&st, meta.uid, meta.gid, meta.mode))
-    {
+    if !trusted(&st, meta.uid, meta.gid, meta.mode) {
         return Err(libc::EACCES);
     }
     let _fill = FillLock::exclusive(fd);
@@ -153,8 +163,7 @@ pub(super) fn prepare_backing(of: &OpenFile, fd: c_int, first: bool, end: u64) -
     // every page in which the file differed back into the file, to save a dead process's
     // stores, and so also reverted a finished write whose copy had not yet landed (found
     // by probing: two processes re-mapping while a third wrote lost 0.4-2.5% of writes).
-    let current =
-        sidefiles::map_file_is_current(st.st_mode) && st.st_mode & sidefiles::MAP_FILLED != 0;
+    let current = current(&st);
     // SAFETY: ftruncate, fchmod and flock on our own backing descriptor.
     unsafe {
         if first && !current {

@@ -4,13 +4,12 @@
 //! region with `pread`; before 2026-11-27 such reads gave the file's bytes from before
 //! the stores, until a write-back, and its databases broke, found by probing).
 
-use super::backing::{backing_name, backing_stat, open_existing_backing};
+use super::backing::{backing_stat, current, trusted};
 use super::reentered;
+use super::writes::backing_now;
 use crate::real;
-use crate::session;
 use crate::table::OpenFile;
 use crate::util::{Res, en};
-use engram_core::sidefiles;
 
 /// `b.len()` bytes of `of`'s file at `off` (cut to its end) as the mappings show them;
 /// None when nobody maps the file (one load), its backing file is not there, not yet
@@ -19,11 +18,7 @@ pub fn read_mapped(of: &OpenFile, b: &mut [u8], off: u64) -> Option<Res<usize>> 
     if b.is_empty() || reentered() {
         return None;
     }
-    let h = of.handle();
-    if !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
-        return None;
-    }
-    let fd = open_existing_backing(&backing_name(h).ok()?)?;
+    let fd = backing_now(of.handle())?;
     let r = read_backing(of, fd, b, off);
     crate::ownfds::close(fd);
     r
@@ -36,16 +31,9 @@ fn read_backing(of: &OpenFile, fd: libc::c_int, b: &mut [u8], off: u64) -> Optio
         Ok(m) => m,
         Err(e) => return Some(Err(e)),
     };
-    // The state `prepare_backing` leaves a backing file in once filled (before that its
-    // unfilled part reads as zeros), made by this user or one who may write the file.
-    // SAFETY: geteuid has no failure.
-    let mine = st.st_uid == unsafe { libc::geteuid() };
-    let filled =
-        sidefiles::map_file_is_current(st.st_mode) && st.st_mode & sidefiles::MAP_FILLED != 0;
-    if st.st_nlink == 0
-        || !filled
-        || !(mine || sidefiles::map_file_trusted(&st, meta.uid, meta.gid, meta.mode))
-    {
+    // Filled (before that its unfilled part reads as zeros), and made by this user or one
+    // who may write the file.
+    if st.st_nlink == 0 || !current(&st) || !trusted(&st, meta.uid, meta.gid, meta.mode) {
         return None;
     }
     if off >= meta.size {

@@ -283,7 +283,7 @@ pub fn clearing(
 
 /// A descriptor of its own of file `h`'s backing file (see `WriteHold` for why not a
 /// mapping's), if some process maps the file and has made it; the caller closes it.
-fn backing_now(h: Handle) -> Option<c_int> {
+pub(super) fn backing_now(h: Handle) -> Option<c_int> {
     // One load when nobody maps it.
     if !session::fs().is_ok_and(|fs| fs.mapped_anywhere(h.ino)) {
         return None;
