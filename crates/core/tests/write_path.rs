@@ -129,8 +129,8 @@ fn a_large_write_over_a_one_page_file_replaces_page_0() {
 
 /// A write says whether some process mapped the file shared when it was committed (the
 /// shim then sees to it that the mappings get its bytes): while a mapping is counted, for
-/// a write of one step and one of several, and not before or after; a write of nothing
-/// commits nothing.
+/// a write of one step and one of several, and not before or after (the count lingers
+/// until the file is closed); a write of nothing commits nothing.
 #[test]
 fn a_write_says_whether_the_file_was_mapped_at_its_commit() {
     let (_p, fs) = new_fs("wp-mapped", 64);
@@ -147,6 +147,10 @@ fn a_write_says_whether_the_file_was_mapped_at_its_commit() {
     assert_eq!((w.len, w.mapped), (steps.len(), true));
     assert!(!f.write_in_place(b"", 0).unwrap().mapped);
     fs.set_mapped(h, false).unwrap();
+    // Still open: the count lingers until the close (`server/mapped.rs`).
+    assert!(f.write_in_place(b"e", 0).unwrap().mapped);
+    drop(f);
+    let f = fs.open_file("/f", &opts).unwrap();
     assert!(!f.write_in_place(b"e", 0).unwrap().mapped);
     assert_clean(&fs);
 }

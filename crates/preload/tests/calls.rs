@@ -266,6 +266,24 @@ fn reads_see_stores_through_shared_mappings() {
     c_program_via_daemon("mapread", "MAPREAD-OK", false);
 }
 
+/// A file mapped shared, unmapped and mapped again while it stays open (gdbm, TDB and
+/// Kyoto Cabinet map their file again each time it grows) shows at each mapping what was
+/// written, truncated, punched or stored by another process's mapping meanwhile
+/// (tests/c/maplinger.c, checked on tmpfs and ext4); and its backing file stays from one
+/// mapping to the next until the file is closed (white-box). Before, each mapping filled
+/// a new backing file from the whole file: gdbm's 50,000 inserts took 12 s against 1.3 s.
+#[test]
+fn a_file_mapped_again_while_open_keeps_its_backing_file() {
+    if !require("gcc", "gcc") {
+        return;
+    }
+    let p = Pool::new("maplinger", 64);
+    let id = sidefiles::pool_id(&p.pool.canonicalize().unwrap());
+    let prefix = sidefiles::map_file(id, 0, 0);
+    let prefix = prefix.strip_suffix("0-0").unwrap();
+    c_program_on(&p, "maplinger", "MAPLINGER-OK", false, &[prefix]);
+}
+
 /// Reads and writes that bypass libc (Linux AIO, the raw system call instruction; io_uring
 /// takes the same path in the kernel) on a private and on a shared pool descriptor fail
 /// with EBADF, never succeed without the file's bytes (tests/c/kernelio.c, which succeeds

@@ -132,6 +132,10 @@ impl Remote {
         self.common.several_writers()
     }
 
+    pub fn mapped_live(&self) -> crate::inode_bits::InodeBits {
+        self.common.mapped_live()
+    }
+
     /// The descriptor and mapping of the server's region (tests check that a client can
     /// neither write the mapping nor map the descriptor writable).
     pub fn common_region(&self) -> (RawFd, *const u8) {

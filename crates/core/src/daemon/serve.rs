@@ -290,6 +290,7 @@ fn run(
         seqs: common.seqs(),
         mapped: common.mapped(),
         several_writers: common.several_writers(),
+        mapped_live: common.mapped_live(),
     });
     let mut server = Server::start(Arc::new(pool), m.sb, m.alloc, m.head, shared);
     server.drive_backing_retries();

@@ -3,8 +3,9 @@
 //!
 //! - The **common region** (one memfd made by the server): a header (magic, inode count,
 //!   the server's `sleeping` flag, the global epoch), the per-inode sequence counters and
-//!   the bits per inode that say some client maps it shared and that several clients
-//!   hold it open for writing (`crate::inode_bits`).
+//!   the bits per inode that say some client maps it shared (or lingers: see
+//!   `server/mapped.rs`), that several clients hold it open for writing, and that some
+//!   client maps it shared now (`crate::inode_bits`).
 //!   Only the server writes it. Once the server has mapped it, the memfd is sealed against
 //!   new writable mappings, writes and resizing (`F_SEAL_FUTURE_WRITE`), so a client can map
 //!   it read-only and nothing else: a store into it faults in the client.
@@ -26,8 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Its last byte is the layout's version (4: the mapped bits after the counters, then the
-/// several-writers bits).
-const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM4");
+/// several-writers bits; 5: then the live-mapping bits).
+const COMMON_MAGIC: u64 = u64::from_le_bytes(*b"ENGRSHM5");
 /// The client region's layout version is its last byte: a client and a daemon of builds
 /// with different slot layouts must refuse each other, not wait for replies in the wrong
 /// place (2: request and reply blocks split by writer; 3: the server sleeps on the wake
@@ -167,8 +168,13 @@ fn writers_off(inodes: usize) -> usize {
     mapped_off(inodes) + bits_len(inodes)
 }
 
-fn common_len(inodes: usize) -> usize {
+/// Where the live-mapping bits start: after the several-writers bits.
+fn live_off(inodes: usize) -> usize {
     writers_off(inodes) + bits_len(inodes)
+}
+
+fn common_len(inodes: usize) -> usize {
+    live_off(inodes) + bits_len(inodes)
 }
 
 /// The common region: read/write in the server, read-only in clients.
@@ -258,6 +264,11 @@ impl Common {
     pub fn several_writers(&self) -> InodeBits {
         let words = InodeBits::words(self.inodes as u64);
         InodeBits::shared(self.atomics(writers_off(self.inodes), words))
+    }
+
+    pub fn mapped_live(&self) -> InodeBits {
+        let words = InodeBits::words(self.inodes as u64);
+        InodeBits::shared(self.atomics(live_off(self.inodes), words))
     }
 
     /// Set while the server sleeps: a client that posts a request then rings its doorbell.

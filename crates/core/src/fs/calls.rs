@@ -108,9 +108,17 @@ impl Fs {
         }
     }
 
-    /// Whether some process maps inode `ino` shared (see `set_mapped`); one load.
+    /// Whether some process maps inode `ino` shared (see `set_mapped`), or gave its last
+    /// mapping up and still holds it open (its count lingers); one load.
     pub fn mapped_anywhere(&self, ino: u64) -> bool {
         self.core.shared.mapped.contains(ino)
+    }
+
+    /// Whether the backing file of inode `ino` may hold stores the file has not got: some
+    /// mapping of it is live (not lingering), or a dead mapper's stores wait to be written
+    /// back. Otherwise a read can read the file itself. One load.
+    pub fn mapped_live(&self, ino: u64) -> bool {
+        self.core.shared.mapped_live.contains(ino)
     }
 
     /// Send an unlink; in-process, the name is not copied.

@@ -187,6 +187,7 @@ impl Fs {
             seqs: SeqTable::new(geo.inode_count),
             mapped: InodeBits::new(geo.inode_count),
             several_writers: InodeBits::new(geo.inode_count),
+            mapped_live: InodeBits::new(geo.inode_count),
         });
         let info = MountInfo {
             media: pool.media(),
@@ -250,6 +251,7 @@ impl Fs {
             seqs: remote.seqs(),
             mapped: remote.mapped(),
             several_writers: remote.several_writers(),
+            mapped_live: remote.mapped_live(),
         });
         let info = MountInfo {
             media: pool.media(),

@@ -190,6 +190,7 @@ impl Server {
         }
         self.mapped_writes.remove(&ino);
         self.shared.mapped.set(ino, false);
+        self.show_live(ino);
     }
 
     /// Look again at the backing files whose write-back found a write in flight, while the
@@ -229,6 +230,7 @@ impl Server {
             } else {
                 self.backing_retry.insert(ino, since);
             }
+            self.show_live(ino);
         }
     }
 
@@ -242,6 +244,7 @@ impl Server {
         self.backing_retry
             .entry(ino)
             .or_insert_with(std::time::Instant::now);
+        self.show_live(ino);
     }
 
     /// No counted mapping of `ino` is left, and none of their processes died: remove its

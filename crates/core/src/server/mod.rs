@@ -57,6 +57,10 @@ pub struct Shared {
     pub mapped: crate::inode_bits::InodeBits,
     /// Inodes that more than one client holds open for writing (`crate::inode_bits`).
     pub several_writers: crate::inode_bits::InodeBits,
+    /// Inodes whose backing file may hold stores not in the file: some mapping of them is
+    /// live (not just lingering, `server/mapped.rs`), or a dead mapper's stores are not
+    /// yet written back. Reads of the others read the file.
+    pub mapped_live: crate::inode_bits::InodeBits,
 }
 
 pub struct Server {
@@ -241,7 +245,12 @@ impl Server {
                 to_name,
                 flags,
             } => self.rename(creds, from, &from_name, to, &to_name, flags),
-            Request::SetAttr { target, attr } => self.setattr(client, creds, target, attr),
+            Request::SetAttr { target, attr } => {
+                if attr.size.is_some() {
+                    self.changed_by(client, target.ino);
+                }
+                self.setattr(client, creds, target, attr)
+            }
             Request::Fallocate {
                 target,
                 offset,
@@ -249,6 +258,7 @@ impl Server {
                 keep_size,
             } => {
                 self.check_writer(client, target)?;
+                self.changed_by(client, target.ino);
                 self.kill_privs_for_write(client, creds, target)?;
                 self.fallocate(client, target, offset, len, keep_size)
             }
@@ -259,6 +269,7 @@ impl Server {
                 how,
             } => {
                 self.check_writer(client, target)?;
+                self.changed_by(client, target.ino);
                 self.kill_privs_for_write(client, creds, target)?;
                 self.clear_range(client, target, (offset, len), how)
             }

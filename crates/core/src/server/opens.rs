@@ -202,6 +202,10 @@ impl Server {
         let holders = self.open.get_mut(&h.ino).ok_or(Error::EBADF)?;
         holders.release(client, write)?;
         let (several, empty) = (holders.writers() > 1, holders.is_empty());
+        let gone = holders.find(client).is_none();
+        if gone {
+            self.closed_mapped(client, h.ino);
+        }
         if write {
             self.show_writers(h.ino, several);
         }

@@ -38,12 +38,78 @@ fn the_mapped_bit_follows_every_clients_mappings() {
     assert!(a.mapped_anywhere(h.ino), "b still maps it");
     b.set_mapped(h, false).unwrap();
     assert!(b.statfs().is_ok());
-    assert!(!a.mapped_anywhere(h.ino), "nobody maps it");
+    // Nobody maps it, but both still hold it open: their counts linger (see the next test).
+    assert!(a.mapped_anywhere(h.ino), "lingers while open");
     // Out of range or stale: refused.
     let mut stale = h;
     stale.generation += 1;
     assert!(a.set_mapped(stale, true).is_err());
-    drop((fa, fb));
+    drop(fb);
+    assert!(b.statfs().is_ok());
+    assert!(a.mapped_anywhere(h.ino), "a still holds it open");
+    drop(fa);
+    assert!(a.statfs().is_ok());
+    assert!(!a.mapped_anywhere(h.ino), "nobody maps it or holds it open");
+}
+
+/// A client's last mapping of a file it still holds open lingers (the file stays counted
+/// as mapped, so its backing file stays current and the next mapping joins it): mapped
+/// again and given up again it is counted once, and it ends when the client closes the
+/// file, or when another client writes it, truncates it or clears part of it while no
+/// mapping is live (only the shim copies writes into a backing file). The live-mapping bit
+/// is set only while a mapping is.
+#[test]
+fn a_last_mapping_lingers_while_its_file_is_open() {
+    let (_d, a, b) = two_clients("mapped-linger");
+    let rw = OpenOptions::new().read(true).write(true);
+    let settled = |fs: &Fs| assert!(fs.statfs().is_ok());
+    let fa = a.open_file("/f", &rw).unwrap();
+    let h = fa.handle();
+    for _ in 0..3 {
+        a.set_mapped(h, true).unwrap();
+        assert!(a.mapped_live(h.ino) && b.mapped_live(h.ino), "live");
+        a.set_mapped(h, false).unwrap();
+        settled(&a);
+        assert!(a.mapped_anywhere(h.ino), "lingers");
+        // Reads read the file: its backing file holds no store the file has not got.
+        assert!(!b.mapped_live(h.ino), "lingering is not live");
+    }
+    // Its own writes keep it (its shim copies them).
+    fa.write_placed(b"own", Some(0)).unwrap();
+    assert!(a.mapped_anywhere(h.ino), "kept by the client's own write");
+    drop(fa);
+    settled(&a);
+    assert!(!a.mapped_anywhere(h.ino), "ended by the close");
+
+    // Another client's write, truncate or hole ends it while nobody maps the file.
+    type Change = fn(&engram_core::File);
+    let changes: [(&str, Change); 3] = [
+        ("write", |f| {
+            assert_eq!(f.write_placed(b"w", Some(1)).unwrap().len, 1)
+        }),
+        ("truncate", |f| f.set_len(2).unwrap()),
+        ("punch", |f| f.punch_hole(0, 1).unwrap()),
+    ];
+    for (what, change) in changes {
+        let fa = a.open_file("/f", &rw).unwrap();
+        let fb = b.open_file("/f", &rw).unwrap();
+        a.set_mapped(h, true).unwrap();
+        // Live: another client's change leaves the count alone.
+        change(&fb);
+        assert!(a.mapped_anywhere(h.ino), "{what}: live mapping kept");
+        a.set_mapped(h, false).unwrap();
+        settled(&a);
+        assert!(a.mapped_anywhere(h.ino), "{what}: lingers");
+        change(&fb);
+        assert!(!a.mapped_anywhere(h.ino), "{what}: ended by another client");
+        // Mapped again from there, it is counted anew.
+        a.set_mapped(h, true).unwrap();
+        assert!(a.mapped_anywhere(h.ino), "{what}: counted again");
+        a.set_mapped(h, false).unwrap();
+        drop((fa, fb));
+        settled(&a);
+        assert!(!a.mapped_anywhere(h.ino), "{what}: closed");
+    }
 }
 
 /// A client's write commit says whether another client mapped the file shared at that

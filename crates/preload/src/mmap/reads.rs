@@ -8,17 +8,23 @@ use super::backing::{backing_stat, current, trusted};
 use super::reentered;
 use super::writes::backing_now;
 use crate::real;
+use crate::session;
 use crate::table::OpenFile;
 use crate::util::{Res, en};
 
 /// `b.len()` bytes of `of`'s file at `off` (cut to its end) as the mappings show them;
-/// None when nobody maps the file (one load), its backing file is not there, not yet
-/// filled or not one to trust: the caller reads the file.
+/// None when no mapping of the file is live (one load: a lingering count's backing file
+/// is the file, `server/mapped.rs`), its backing file is not there, not yet filled or not
+/// one to trust: the caller reads the file.
 pub fn read_mapped(of: &OpenFile, b: &mut [u8], off: u64) -> Option<Res<usize>> {
     if b.is_empty() || reentered() {
         return None;
     }
-    let fd = backing_now(of.handle())?;
+    let h = of.handle();
+    if !session::fs().is_ok_and(|fs| fs.mapped_live(h.ino)) {
+        return None;
+    }
+    let fd = backing_now(h)?;
     let r = read_backing(of, fd, b, off);
     crate::ownfds::close(fd);
     r

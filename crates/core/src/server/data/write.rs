@@ -130,6 +130,7 @@ impl Server {
             return Err(Error::with_msg(libc::EIO, "the pool has been unmounted"));
         }
         self.check_writer(client, h)?;
+        self.changed_by(client, h.ino);
         self.kill_privs_for_write(client, creds, h)?;
         if self.backing_pending() {
             self.retry_backing();
