@@ -19,7 +19,7 @@
 //! the walk is under the prefix (`leaves_pool`: the session, the pool's own resolution) is
 //! it a pool call, which allocates as every pool call does.
 
-use crate::route::{Route, strip_mount};
+use crate::route::{Route, has_dotdot, strip_mount};
 use crate::util::{Res, cbytes, errno, set_errno};
 use libc::{c_char, c_int};
 use std::borrow::Cow;
@@ -120,8 +120,11 @@ pub unsafe fn reroute(
     }
     // SAFETY: as the caller promises.
     let p = unsafe { cbytes(path) };
+    // A path with ".." is walked whether or not it meets a link: "/mnt/../mnt/engram/f"
+    // reaches the prefix with none (an absolute path is matched to the prefix as
+    // written).
     // SAFETY: as the caller promises.
-    if p.is_empty() || !unsafe { meets_symlink(dirfd, path, follow) } {
+    if p.is_empty() || !(has_dotdot(p) || unsafe { meets_symlink(dirfd, path, follow) }) {
         return None;
     }
     let mut start = StackPath::new();
@@ -318,10 +321,6 @@ fn link_target(path: &mut StackPath, target: &mut StackPath) -> Result<Option<us
         return Ok(None);
     }
     Err(())
-}
-
-fn has_dotdot(p: &[u8]) -> bool {
-    p.split(|&b| b == b'/').any(|c| c == b"..")
 }
 
 /// Walk `path` from the canonical real directory `resolved` ("" for the root) as the kernel

@@ -225,7 +225,8 @@ pub fn outside(rest: &[u8]) -> Vec<u8> {
     buf
 }
 
-fn has_dotdot(p: &[u8]) -> bool {
+/// Whether `p` has a ".." component.
+pub(crate) fn has_dotdot(p: &[u8]) -> bool {
     p.split(|&b| b == b'/').any(|c| c == b"..")
 }
 

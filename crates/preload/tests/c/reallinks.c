@@ -1,7 +1,8 @@
 /* Symlinks of a real directory (argv[2]) that lead into the pool (argv[1], the mount
  * prefix): through a link as an intermediate component, as the last one, through chains
  * of links, a relative target, a link to the prefix itself, a dangling link that O_CREAT
- * follows, and a loop through both sides. Calls that do not follow a last link (lstat,
+ * follows, and a loop through both sides; also an absolute path that reaches the prefix
+ * through ".." from a real directory, with no link. Calls that do not follow a last link (lstat,
  * readlink, O_NOFOLLOW, unlink) act on the real link itself. Every expectation is
  * Linux's: run without the shim with argv[1] a real directory, on ext4 and on tmpfs, the
  * program passes too. Prints REALLINKS-OK. */
@@ -119,6 +120,16 @@ static void lookups(void) {
     holds(joined(R, "root/proj/file"), "hello");
     holds(joined(R, "p/plink"), "hello");
     holds(joined(R, "p/./sub/../file"), "hello");
+    /* No symlink, but ".." up from the real directory to the root and down to the prefix:
+     * R/../../(...)/mnt/engram/proj/file. */
+    char up[3 * PATH_MAX];
+    int n = snprintf(up, sizeof up, "%s", R);
+    for (const char *c = R; *c; c++)
+        if (*c == '/')
+            n += snprintf(up + n, sizeof up - n, "/..");
+    snprintf(up + n, sizeof up - n, "%s/proj/file", M);
+    holds(up, "hello");
+    is_file(up, 5);
     is_file(joined(R, "p/file"), 5);
     is_file(joined(R, "f"), 5);
     CHECK(stat(joined(R, "p"), &st) == 0 && S_ISDIR(st.st_mode));
