@@ -33,6 +33,10 @@ pub(super) struct Mappings {
     /// Inodes a client died mapping since their count was last zero: their backing file
     /// may hold stores never written back (`server/backing.rs`).
     died: crate::fasthash::FastSet<u64>,
+    /// Inodes another client changed while a mapping was live (`changed_by`): their
+    /// backing file may lack the change, so their lingering counts end with the last live
+    /// mapping.
+    stale: crate::fasthash::FastSet<u64>,
 }
 
 impl Mappings {
@@ -131,12 +135,14 @@ impl Server {
                     // Lingers, counted once in the total, until the client closes the file.
                     *self.mappings.lingering.entry(target.ino).or_default() += 1;
                     self.show_live(target.ino);
+                    self.end_stale_lingering(target.ino);
                     return Ok(Response::Done);
                 }
                 mine.remove(&target.ino);
             }
             self.unmap(target.ino, 1);
             self.show_live(target.ino);
+            self.end_stale_lingering(target.ino);
         }
         Ok(Response::Done)
     }
@@ -160,13 +166,35 @@ impl Server {
         if !self.shared.mapped.contains(ino) {
             return;
         }
-        let Some(&lingering) = self.mappings.lingering.get(&ino) else {
-            return;
-        };
         let own = self.mappings.by_client.get(&client);
-        if lingering != self.mappings_of(ino) || own.is_some_and(|m| m.contains_key(&ino)) {
+        if own.is_some_and(|m| m.contains_key(&ino)) {
             return;
         }
+        let lingering = self.mappings.lingering.get(&ino).copied().unwrap_or(0);
+        if lingering != self.mappings_of(ino) {
+            // A live mapping keeps the backing file, which may miss this change: counts
+            // that linger then end with the last live mapping (`end_stale_lingering`).
+            self.mappings.stale.insert(ino);
+        } else if lingering > 0 {
+            self.end_lingering(ino);
+        }
+    }
+
+    /// A live mapping of `ino` went: if another client changed the file meanwhile
+    /// (`changed_by`) and only lingering counts are left, they end (the backing file may
+    /// lack the change).
+    fn end_stale_lingering(&mut self, ino: u64) {
+        if !self.mappings.stale.contains(&ino) {
+            return;
+        }
+        let lingering = self.mappings.lingering.get(&ino).copied().unwrap_or(0);
+        if lingering > 0 && lingering == self.mappings_of(ino) {
+            self.end_lingering(ino);
+        }
+    }
+
+    /// End every client's lingering count of `ino`.
+    fn end_lingering(&mut self, ino: u64) {
         let lingerers: Vec<ClientId> = (self.mappings.by_client.iter())
             .filter(|(_, m)| m.get(&ino) == Some(&0))
             .map(|(&c, _)| c)
@@ -208,6 +236,7 @@ impl Server {
             *total = total.saturating_sub(n);
             if *total == 0 {
                 self.mappings.total.remove(&ino);
+                self.mappings.stale.remove(&ino);
                 // While the bit is still set: a backing file left behind is current. Its
                 // last users gave their mappings up normally, each writing its pages back
                 // first, unless one died: only then is it compared with the file.
@@ -235,6 +264,7 @@ impl Server {
                     self.retry_later(ino);
                 }
                 self.show_live(ino);
+                self.end_stale_lingering(ino);
             }
         }
     }

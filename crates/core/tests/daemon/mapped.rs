@@ -99,6 +99,11 @@ fn a_last_mapping_lingers_while_its_file_is_open() {
         assert!(a.mapped_anywhere(h.ino), "{what}: live mapping kept");
         a.set_mapped(h, false).unwrap();
         settled(&a);
+        // The change may not be in the backing file: the count does not linger.
+        assert!(!a.mapped_anywhere(h.ino), "{what}: changed while live");
+        a.set_mapped(h, true).unwrap();
+        a.set_mapped(h, false).unwrap();
+        settled(&a);
         assert!(a.mapped_anywhere(h.ino), "{what}: lingers");
         change(&fb);
         assert!(!a.mapped_anywhere(h.ino), "{what}: ended by another client");
@@ -110,6 +115,58 @@ fn a_last_mapping_lingers_while_its_file_is_open() {
         settled(&a);
         assert!(!a.mapped_anywhere(h.ino), "{what}: closed");
     }
+}
+
+/// Another client's write while a mapping is live leaves the counts alone (the live
+/// mapping needs its backing file), but the write did not reach that file if the writer
+/// was not a shim (native or FUSE): once the live mapping goes, the lingering counts must
+/// go too, or the lingering client's next mapping joins a backing file without the write.
+#[test]
+fn a_write_while_live_ends_the_lingering_counts_with_the_live_ones() {
+    let (d, a, b) = two_clients("mapped-linger-live");
+    let x = Fs::connect(&d.socket).unwrap();
+    let rw = OpenOptions::new().read(true).write(true);
+    let settled = |fs: &Fs| assert!(fs.statfs().is_ok());
+    let fa = a.open_file("/f", &rw).unwrap();
+    let fb = b.open_file("/f", &rw).unwrap();
+    let fx = x.open_file("/f", &OpenOptions::new().read(true)).unwrap();
+    let h = fa.handle();
+    a.set_mapped(h, true).unwrap();
+    a.set_mapped(h, false).unwrap();
+    settled(&a);
+    assert!(a.mapped_anywhere(h.ino), "a lingers");
+    x.set_mapped(h, true).unwrap();
+    // b writes while x maps live: nothing ends yet.
+    fb.write_placed(b"w", Some(0)).unwrap();
+    assert!(a.mapped_anywhere(h.ino), "x maps it live");
+    x.set_mapped(h, false).unwrap();
+    settled(&x);
+    assert!(
+        !a.mapped_anywhere(h.ino),
+        "b's write reached no backing file: a's lingering count must end"
+    );
+    // The same when b writes before a's count lingers.
+    x.set_mapped(h, true).unwrap();
+    fb.write_placed(b"v", Some(0)).unwrap();
+    a.set_mapped(h, true).unwrap();
+    a.set_mapped(h, false).unwrap();
+    settled(&a);
+    assert!(a.mapped_anywhere(h.ino), "x maps it live, a lingers");
+    x.set_mapped(h, false).unwrap();
+    settled(&x);
+    assert!(
+        !a.mapped_anywhere(h.ino),
+        "b's write: a's lingering count ended"
+    );
+    // A file nobody changed meanwhile keeps its lingering count.
+    a.set_mapped(h, true).unwrap();
+    a.set_mapped(h, false).unwrap();
+    x.set_mapped(h, true).unwrap();
+    x.set_mapped(h, false).unwrap();
+    settled(&x);
+    settled(&a);
+    assert!(a.mapped_anywhere(h.ino), "nothing changed: a lingers");
+    drop((fa, fb, fx));
 }
 
 /// A client's write commit says whether another client mapped the file shared at that
