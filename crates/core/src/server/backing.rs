@@ -207,7 +207,9 @@ impl Server {
             };
             if settled == Settled::Done {
                 self.gates.remove(&ino);
-                if !counted {
+                if counted {
+                    self.dead_stores_written(ino);
+                } else {
                     self.mapped_writes.remove(&ino);
                     self.shared.mapped.set(ino, false);
                 }

@@ -246,6 +246,27 @@ impl Server {
         }
     }
 
+    /// Write back the stores of `ino`'s dead mappers while other mappings of it are
+    /// counted, or look again later. Written back (the whole backing file compared), they
+    /// are the file's: the inode is no longer one whose mapper died, so its live bit can
+    /// clear while its counts only linger, and a count reaching zero later removes the
+    /// file unread. (Kept marked, a lingering count kept the bit set until the close, and
+    /// the compare then made at zero took a native write since, which reaches no backing
+    /// file, for an older store and reverted it.)
+    pub(super) fn dead_stores_settled(&mut self, ino: u64) {
+        if self.write_back_dead_stores(ino) == Settled::Busy {
+            self.retry_later(ino);
+        } else {
+            self.dead_stores_written(ino);
+        }
+    }
+
+    /// The stores of `ino`'s dead mappers are written back (see `dead_stores_settled`).
+    pub(super) fn dead_stores_written(&mut self, ino: u64) {
+        self.mappings.died.remove(&ino);
+        self.show_live(ino);
+    }
+
     /// A client is gone: its mappings with it. Their stores not written back are in the
     /// backing files (`server/backing.rs`).
     pub(super) fn release_mappings(&mut self, client: ClientId) {
@@ -258,10 +279,8 @@ impl Server {
                     self.mappings.one_less_lingering(ino);
                 }
                 self.unmap(ino, n.max(1));
-                if self.mappings.total.contains_key(&ino)
-                    && self.write_back_dead_stores(ino) == Settled::Busy
-                {
-                    self.retry_later(ino);
+                if self.mappings.total.contains_key(&ino) {
+                    self.dead_stores_settled(ino);
                 }
                 self.show_live(ino);
                 self.end_stale_lingering(ino);

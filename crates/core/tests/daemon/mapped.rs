@@ -294,6 +294,59 @@ fn a_dead_clients_stores_wait_for_a_write_in_flight() {
     );
 }
 
+/// A client that dies mapping a file while another lingers on it: once its stores are
+/// written back, the file holds them and the lingering count is not live (reads read the
+/// file). Kept marked as died, the backing file was compared with the file again when the
+/// count later reached zero, and a native write made meanwhile through a live mapping
+/// (which reaches no backing file) was reverted.
+#[test]
+fn a_dead_mappers_stores_written_back_leave_a_lingering_count_alone() {
+    use engram_core::sidefiles;
+    use std::os::unix::fs::PermissionsExt;
+    let (d, a, b) = two_clients("mapped-linger-dead");
+    let rw = OpenOptions::new().read(true).write(true);
+    a.write_file("/f", &[b'a'; 8192]).unwrap();
+    let fa = a.open_file("/f", &rw).unwrap();
+    let fb = b.open_file("/f", &rw).unwrap();
+    let h = fa.handle();
+    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
+    let name = sidefiles::map_file(id, h.ino, h.generation);
+    // The backing file a first mapping filled: the file's bytes.
+    std::fs::write(&name, [b'a'; 8192]).unwrap();
+    let mode = 0o600 | sidefiles::MAP_CURRENT | sidefiles::MAP_FILLED;
+    std::fs::set_permissions(&name, std::fs::Permissions::from_mode(mode)).unwrap();
+    a.set_mapped(h, true).unwrap();
+    a.set_mapped(h, false).unwrap();
+    assert!(a.statfs().is_ok());
+    // Another client maps it and dies without giving the mapping up.
+    let mapper = Fs::connect(&d.socket).unwrap();
+    let f = mapper
+        .open_file("/f", &OpenOptions::new().read(true))
+        .unwrap();
+    mapper.set_mapped(f.handle(), true).unwrap();
+    assert!(a.mapped_live(h.ino));
+    drop(f);
+    drop(mapper);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(a.mapped_anywhere(h.ino), "a lingers");
+    assert!(
+        !a.mapped_live(h.ino),
+        "written back: only a's lingering count is left"
+    );
+    // a maps it again; b writes natively meanwhile (its bytes reach no backing file).
+    a.set_mapped(h, true).unwrap();
+    fb.write_placed(b"N", Some(5000)).unwrap();
+    a.set_mapped(h, false).unwrap();
+    drop((fa, fb));
+    assert!(a.statfs().is_ok());
+    super::killed::eventually(|| !a.mapped_anywhere(h.ino));
+    assert_eq!(a.read_file("/f").unwrap()[5000], b'N', "b's write reverted");
+    assert!(
+        !std::path::Path::new(&name).exists(),
+        "the backing file was left"
+    );
+}
+
 /// Worker role "serve-as-nobody": serves pool ENGRAM_ARG on ENGRAM_SOCKET as uid 65534.
 pub fn serve_as_nobody() {
     // SAFETY: dropping privileges in this child process before it does anything else.
