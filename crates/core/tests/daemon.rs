@@ -307,6 +307,7 @@ fn worker_entry() {
         "overlap-writer" => killed::overlap_writer(&fs, &arg),
         "walk-change" => walk_cache::change(&fs, &arg),
         "map-and-hang" => mapped::map_and_hang(&fs),
+        "linger-and-hang" => mapped::linger_and_hang(&fs),
         "fork-writer" => processes::fork_writer(&fs),
         "stray-store" => {
             let geo = fs.mount_info().geometry;

@@ -279,7 +279,7 @@ impl Server {
                     self.mappings.one_less_lingering(ino);
                 }
                 self.unmap(ino, n.max(1));
-                if self.mappings.total.contains_key(&ino) {
+                if n > 0 && self.mappings.total.contains_key(&ino) {
                     self.dead_stores_settled(ino);
                 }
                 self.show_live(ino);

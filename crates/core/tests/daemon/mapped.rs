@@ -200,6 +200,18 @@ pub fn map_and_hang(fs: &Fs) {
     }
 }
 
+/// Worker role "linger-and-hang": opens /f, counts a mapping of it and gives it up (the
+/// count lingers while /f is open), says so, waits forever.
+pub fn linger_and_hang(fs: &Fs) {
+    let f = fs.open_file("/f", &OpenOptions::new().read(true)).unwrap();
+    fs.set_mapped(f.handle(), true).unwrap();
+    fs.set_mapped(f.handle(), false).unwrap();
+    fs.write_file("/ready", b"").unwrap();
+    loop {
+        std::thread::park();
+    }
+}
+
 #[test]
 fn a_killed_clients_mappings_go_with_it() {
     let d = Daemon::start("mapped-killed", 16 << 20);
@@ -345,6 +357,44 @@ fn a_dead_mappers_stores_written_back_leave_a_lingering_count_alone() {
         !std::path::Path::new(&name).exists(),
         "the backing file was left"
     );
+}
+
+/// A client that goes while its count only lingers held no mapping: nothing of it is
+/// written back. (It was treated as a dead mapper: the backing file, shared with a live
+/// mapping of another client, was compared whole with the file, and a native write made
+/// through that live mapping, which reaches no backing file, was reverted.)
+#[test]
+fn a_client_gone_while_lingering_writes_nothing_back() {
+    use engram_core::sidefiles;
+    use std::os::unix::fs::PermissionsExt;
+    let (d, a, b) = two_clients("mapped-linger-gone");
+    let rw = OpenOptions::new().read(true).write(true);
+    a.write_file("/f", &[b'a'; 8192]).unwrap();
+    let fa = a.open_file("/f", &OpenOptions::new().read(true)).unwrap();
+    let fb = b.open_file("/f", &rw).unwrap();
+    let h = fa.handle();
+    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
+    let name = sidefiles::map_file(id, h.ino, h.generation);
+    std::fs::write(&name, [b'a'; 8192]).unwrap();
+    let mode = 0o600 | sidefiles::MAP_CURRENT | sidefiles::MAP_FILLED;
+    std::fs::set_permissions(&name, std::fs::Permissions::from_mode(mode)).unwrap();
+    // A client lingers on it (and goes), a goes on mapping it live.
+    let mut child = spawn_worker("linger-and-hang", &d.socket, "");
+    super::killed::eventually(|| a.stat("/ready").is_ok());
+    assert!(a.mapped_anywhere(h.ino) && !a.mapped_live(h.ino), "lingers");
+    a.set_mapped(h, true).unwrap();
+    // b writes natively while a maps it live.
+    fb.write_placed(b"N", Some(5000)).unwrap();
+    // SAFETY: sending SIGKILL to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    assert!(!child.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(a.read_file("/f").unwrap()[5000], b'N', "b's write reverted");
+    a.set_mapped(h, false).unwrap();
+    drop((fa, fb));
+    assert!(a.statfs().is_ok());
+    super::killed::eventually(|| !a.mapped_anywhere(h.ino));
+    assert_eq!(a.read_file("/f").unwrap()[5000], b'N', "b's write reverted");
 }
 
 /// Worker role "serve-as-nobody": serves pool ENGRAM_ARG on ENGRAM_SOCKET as uid 65534.
