@@ -284,6 +284,15 @@ fn a_file_mapped_again_while_open_keeps_its_backing_file() {
     c_program_on(&p, "maplinger", "MAPLINGER-OK", false, &[prefix]);
 }
 
+/// A file mapped and unmapped while open, opened again with O_TRUNC by the same process
+/// and written: its next mapping shows zeros past the end of file (tests/c/maptrunc.c,
+/// checked on tmpfs and ext4). The lingering count's backing file kept the bytes cut off:
+/// an O_TRUNC does not zero it as ftruncate does.
+#[test]
+fn a_file_truncated_at_open_while_its_count_lingers_maps_anew() {
+    c_program_via_daemon("maptrunc", "MAPTRUNC-OK", false);
+}
+
 /// Reads and writes that bypass libc (Linux AIO, the raw system call instruction; io_uring
 /// takes the same path in the kernel) on a private and on a shared pool descriptor fail
 /// with EBADF, never succeed without the file's bytes (tests/c/kernelio.c, which succeeds

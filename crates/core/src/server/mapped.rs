@@ -163,11 +163,24 @@ impl Server {
     /// new one from the file. (A live mapping does not see such a client's writes either:
     /// see architecture.md.) A client's own lingering count stays: its shim copies.
     pub(in crate::server) fn changed_by(&mut self, client: ClientId, ino: u64) {
+        self.changed(client, ino, false);
+    }
+
+    /// `client` truncates `ino` to zero. Its own lingering count ends too: an O_TRUNC
+    /// (open's truncate, unlike the shim's ftruncate and truncate) does not zero the backing
+    /// file, which kept the bytes cut off, and the client's next mapping showed them past
+    /// the end of file. A refill from an empty file costs nothing.
+    pub(in crate::server) fn emptied_by(&mut self, client: ClientId, ino: u64) {
+        self.changed(client, ino, true);
+    }
+
+    /// `changed_by`; with `own_too`, the client's own lingering count ends too.
+    fn changed(&mut self, client: ClientId, ino: u64, own_too: bool) {
         if !self.shared.mapped.contains(ino) {
             return;
         }
         let own = self.mappings.by_client.get(&client);
-        if own.is_some_and(|m| m.contains_key(&ino)) {
+        if !own_too && own.is_some_and(|m| m.contains_key(&ino)) {
             return;
         }
         let lingering = self.mappings.lingering.get(&ino).copied().unwrap_or(0);

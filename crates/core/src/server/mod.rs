@@ -246,8 +246,10 @@ impl Server {
                 flags,
             } => self.rename(creds, from, &from_name, to, &to_name, flags),
             Request::SetAttr { target, attr } => {
-                if attr.size.is_some() {
-                    self.changed_by(client, target.ino);
+                match attr.size {
+                    Some(0) => self.emptied_by(client, target.ino),
+                    Some(_) => self.changed_by(client, target.ino),
+                    None => {}
                 }
                 self.setattr(client, creds, target, attr)
             }

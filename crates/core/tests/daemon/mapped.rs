@@ -77,6 +77,17 @@ fn a_last_mapping_lingers_while_its_file_is_open() {
     // Its own writes keep it (its shim copies them).
     fa.write_placed(b"own", Some(0)).unwrap();
     assert!(a.mapped_anywhere(h.ino), "kept by the client's own write");
+    fa.set_len(2).unwrap();
+    assert!(
+        a.mapped_anywhere(h.ino),
+        "kept by the client's own truncate"
+    );
+    // Truncated to zero (as by O_TRUNC, which leaves the backing file as it was): ended.
+    fa.set_len(0).unwrap();
+    assert!(
+        !a.mapped_anywhere(h.ino),
+        "ended by the client's own truncate to zero"
+    );
     drop(fa);
     settled(&a);
     assert!(!a.mapped_anywhere(h.ino), "ended by the close");
