@@ -285,11 +285,13 @@ fn a_file_mapped_again_while_open_keeps_its_backing_file() {
 }
 
 /// A file mapped and unmapped while open, opened again with O_TRUNC by the same process
-/// and written: its next mapping shows zeros past the end of file (tests/c/maptrunc.c,
-/// checked on tmpfs and ext4). The lingering count's backing file kept the bytes cut off:
-/// an O_TRUNC does not zero it as ftruncate does.
+/// and written: its next mapping shows zeros past the end of file; and a live mapping
+/// shows what another process's O_TRUNC open left, zeros past it (tests/c/maptrunc.c,
+/// checked on tmpfs and ext4). An O_TRUNC did not zero the backing file as ftruncate
+/// does: the lingering count's next mapping, and the live mapping, showed the bytes cut
+/// off.
 #[test]
-fn a_file_truncated_at_open_while_its_count_lingers_maps_anew() {
+fn a_file_truncated_at_open_shows_zeros_in_its_mappings() {
     c_program_via_daemon("maptrunc", "MAPTRUNC-OK", false);
 }
 

@@ -39,6 +39,10 @@ pub struct OpenOptions {
     pub noatime: bool,
     /// Permission bits for a created file (the caller applies its umask).
     pub mode: u32,
+    /// With `truncate`: checked as O_TRUNC is, but the file is truncated only by the
+    /// caller's `File::truncate_opened` (the shim zeroes a mapped file's backing file
+    /// around it, as around ftruncate).
+    pub truncate_later: bool,
 }
 
 impl OpenOptions {
@@ -71,6 +75,11 @@ impl OpenOptions {
     }
     pub fn truncate(mut self, v: bool) -> Self {
         self.truncate = v;
+        self
+    }
+    /// See the field.
+    pub fn truncate_later(mut self, v: bool) -> Self {
+        self.truncate_later = v;
         self
     }
     pub fn directory(mut self, v: bool) -> Self {
@@ -119,6 +128,7 @@ impl OpenOptions {
             path: false,
             noatime: flags & libc::O_NOATIME != 0,
             mode,
+            truncate_later: false,
         }
         .path(path)
     }
@@ -324,6 +334,16 @@ impl File {
     /// returns how many bytes, where they end, and whether the file was mapped then.
     pub fn write_placed(&self, data: &[u8], at: Option<u64>) -> Result<Written> {
         self.write_inner(data, at)
+    }
+
+    /// The truncation an open with `truncate` and `truncate_later` asked for: a regular
+    /// file to size 0, its mtime and ctime changed also when it was empty or opened
+    /// read-only (as open does it otherwise).
+    pub fn truncate_opened(&self) -> Result<()> {
+        if !self.opts.truncate || !self.metadata()?.is_file() {
+            return Ok(());
+        }
+        self.fs.truncate_handle(self.handle, 0, true)
     }
 
     /// Change the size (ftruncate).

@@ -77,7 +77,7 @@ impl Fs {
         }
         let file = File::new(self.clone(), h, opts)?;
         // As `open_from`: an empty file or a read-only open is truncated too (mtime, ctime).
-        if opts.truncate && m.is_file() {
+        if opts.truncate && !opts.truncate_later && m.is_file() {
             self.truncate_handle(h, 0, true)?;
         }
         Ok(file)

@@ -178,7 +178,7 @@ impl Fs {
         // opened read-only (write permission checked above): the size may stay, mtime and
         // ctime change. Once open, the inode cannot be freed: the file truncated is the
         // file opened (on an error, dropping it closes it).
-        if opts.truncate && d.is_reg() {
+        if opts.truncate && !opts.truncate_later && d.is_reg() {
             self.truncate_handle(h, 0, true)?;
         }
         Ok(Opened::File(file))
