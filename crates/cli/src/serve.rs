@@ -47,6 +47,14 @@ pub fn run(a: &Args) -> Result<()> {
         log_clients: !a.quiet_clients,
     };
     engram_core::daemon::raise_descriptor_limit();
+    // Before any thread starts: they run at the priority of the thread that starts them.
+    if !engram_core::daemon::raise_priority() {
+        eprintln!(
+            "engram serve: running at the ordinary priority (nice {} needs root or \
+             CAP_SYS_NICE): on a busy machine each request may wait for a time slice",
+            engram_core::daemon::SERVER_NICE
+        );
+    }
     serve_until(&a.pool, &opts, &STOP, &|line| {
         eprintln!("engram serve: {line}")
     })

@@ -158,3 +158,34 @@ fn a_killed_daemon_is_recovered_by_the_next_one() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(log.contains("recovered"), "{log}");
 }
+
+/// The daemon runs above ordinary processes where it may (as root here): its serving
+/// threads' nice value is `SERVER_NICE` (/proc/PID/task/*/stat, field 19).
+#[test]
+fn serve_runs_its_threads_at_a_higher_priority() {
+    // SAFETY: geteuid has no failure.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root may raise a priority");
+        return;
+    }
+    let pool = TempPool::new("serve-nice");
+    ok(["mkfs", pool.s(), "--size", "32M"]);
+    let socket = PathBuf::from(format!("{}.sock", pool.s()));
+    let daemon = start(&pool, &socket);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", daemon.id())).unwrap();
+    let nices: Vec<i32> = tasks
+        .map(|t| {
+            let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
+            // After the command's name in parentheses: state is field 3, nice field 19.
+            let after = &stat[stat.rfind(')').unwrap() + 2..];
+            after.split(' ').nth(16).unwrap().parse().unwrap()
+        })
+        .collect();
+    signal(&daemon, libc::SIGTERM);
+    assert!(daemon.wait_with_output().unwrap().status.success());
+    assert!(nices.len() >= 2, "{nices:?}");
+    assert!(
+        nices.iter().all(|&n| n == engram_core::daemon::SERVER_NICE),
+        "{nices:?}"
+    );
+}

@@ -13,4 +13,6 @@ mod watch;
 
 pub use client::{MIN_FD, Remote};
 pub use handshake::REFUSED_MESSAGE;
-pub use serve::{ServeOptions, Stop, raise_descriptor_limit, serve, serve_until};
+pub use serve::{
+    SERVER_NICE, ServeOptions, Stop, raise_descriptor_limit, raise_priority, serve, serve_until,
+};

@@ -161,6 +161,7 @@ fn fork_serve(pool: &Path, socket: &Path) -> Option<Fs> {
             log_clients: false,
         };
         engram_core::daemon::raise_descriptor_limit();
+        engram_core::daemon::raise_priority();
         let r = engram_core::daemon::serve_until(pool, &opts, &stop, &|_| {});
         // SAFETY: leaving the grandchild without running the caller's exit handlers.
         unsafe { libc::_exit(r.is_err() as i32) };
