@@ -338,7 +338,8 @@ impl File {
 
     /// The truncation an open with `truncate` and `truncate_later` asked for: a regular
     /// file to size 0, its mtime and ctime changed also when it was empty or opened
-    /// read-only (as open does it otherwise).
+    /// read-only (as open does it otherwise); nothing for a file the open made (whose
+    /// options it stored without `truncate`).
     pub fn truncate_opened(&self) -> Result<()> {
         if !self.opts.truncate || !self.metadata()?.is_file() {
             return Ok(());

@@ -115,6 +115,13 @@ impl Fs {
                     if c {
                         // A new empty regular file: no directory, nothing to truncate, no
                         // permission to check, so its inode need not be read.
+                        // `File::truncate_opened` must not truncate it either (Linux
+                        // truncates only a file that was there: a truncation would clear
+                        // set-id bits, want write permission and change mtime and ctime).
+                        let opts = OpenOptions {
+                            truncate: false,
+                            ..opts
+                        };
                         if opts.directory {
                             drop(File::opened(self.clone(), h, opts));
                             return Err(Error::ENOTDIR);
@@ -157,7 +164,11 @@ impl Fs {
         }
         if created {
             // Made by this open (through a symlink): its creator may use it whatever mode it
-            // gave it, and there is nothing to truncate.
+            // gave it, and there is nothing to truncate (nor for `File::truncate_opened`).
+            let opts = OpenOptions {
+                truncate: false,
+                ..opts
+            };
             return File::new(self.clone(), h, opts).map(Opened::File);
         }
         // O_TRUNC asks for write permission also where it truncates nothing, as on Linux.
