@@ -17,29 +17,37 @@ fn options(flags: c_int, mode: u32) -> OpenOptions {
     } else {
         0
     };
-    // O_TRUNC is made by `truncated`, once the file is open.
+    // O_TRUNC is made by `install`, once the file has its descriptor.
     OpenOptions::from_flags(flags, mode).truncate_later(true)
 }
 
-/// The truncation O_TRUNC asks for, made after the open (`OpenOptions::truncate_later`)
-/// so that the backing file of a file some process maps shared is zeroed with it, as for
-/// ftruncate (before, a mapping went on showing the bytes `> file` cut off).
-fn truncated(file: engram_core::File, flags: c_int) -> Res<engram_core::File> {
-    if flags & libc::O_TRUNC != 0 {
-        crate::mmap::resizing(
-            file.handle(),
-            || file.metadata().map(|m| m.size).map_err(en),
-            || file.truncate_opened().map_err(en),
-        )?;
-    }
-    Ok(file)
-}
-
+/// Give `file` a descriptor; then make the truncation O_TRUNC asks for
+/// (`OpenOptions::truncate_later`), so that the backing file of a file some process maps
+/// shared is zeroed with it, as for ftruncate (before, a mapping went on showing the bytes
+/// `> file` cut off), and only once the descriptor is there (at EMFILE Linux fails the
+/// open and leaves the file alone).
 fn install(file: engram_core::File, mut p: Vec<u8>, is_dir: bool, flags: c_int) -> Res<c_int> {
     while p.len() > 1 && p.ends_with(b"/") {
         p.pop();
     }
-    table::create(file, p, is_dir, flags)
+    let fd = table::create(file, p, is_dir, flags)?;
+    if flags & libc::O_TRUNC != 0
+        && let Err(e) = truncate_opened(fd)
+    {
+        table::close(fd);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// `File::truncate_opened` of descriptor `fd`, inside `mmap::resizing`.
+fn truncate_opened(fd: c_int) -> Res<()> {
+    let of = table::get(fd).ok_or(libc::EBADF)?;
+    crate::mmap::resizing(
+        of.handle(),
+        || crate::io::size_of(&of),
+        || of.with_file(|f| f.truncate_opened().map_err(en)),
+    )
 }
 
 /// Where an open under the operation guard got to.
@@ -57,7 +65,7 @@ fn open_pool(fs: &engram_core::Fs, path: &[u8], flags: c_int, mode: u32) -> Res<
     }
     // The descriptor reads by offset; appending is the file's own mode.
     let file = match fs.open_node(path, &options(flags, mode)).map_err(en)? {
-        engram_core::Opened::File(file) => truncated(file, flags)?,
+        engram_core::Opened::File(file) => file,
         engram_core::Opened::Special(h, m) => {
             return crate::fifo::for_node(h, &m).map(Opened::Fifo);
         }
@@ -78,7 +86,7 @@ fn open_inside(r: &Route, flags: c_int, mode: u32) -> Res<Option<Opened>> {
     };
     let file = match staying(|fs| fs.open_node_from(dir, raw, &options(flags, mode)))? {
         None => return Ok(None),
-        Some(engram_core::Opened::File(file)) => truncated(file, flags)?,
+        Some(engram_core::Opened::File(file)) => file,
         Some(engram_core::Opened::Special(h, m)) => {
             return crate::fifo::for_node(h, &m).map(|f| Some(Opened::Fifo(f)));
         }
@@ -117,7 +125,6 @@ fn reopen(fd: c_int, orig: &[u8], flags: c_int, mode: c_uint) -> Res<c_int> {
     let file = fs
         .open_handle(of.handle(), &options(flags, mode))
         .map_err(en)?;
-    let file = truncated(file, flags)?;
     install(file, of.path().to_vec(), of.is_dir(), flags)
 }
 
@@ -168,7 +175,6 @@ fn open_guarded(r: Res<crate::route::Route>, flags: c_int, mode: c_uint) -> Res<
             let file = fs
                 .open_at(Some(&d), b".", &options(flags, mode))
                 .map_err(en)?;
-            let file = truncated(file, flags)?;
             install(file, name, true, flags).map(Opened::Fd)
         }
         Side::Real(p) => {

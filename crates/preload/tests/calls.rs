@@ -295,6 +295,14 @@ fn a_file_truncated_at_open_shows_zeros_in_its_mappings() {
     c_program_via_daemon("maptrunc", "MAPTRUNC-OK", false);
 }
 
+/// An open with O_TRUNC that fails with EMFILE leaves the file whole, as on Linux, and the
+/// same open truncates once a descriptor is free (tests/c/emfile.c, checked on tmpfs and
+/// ext4). The shim truncated first and took the descriptor after.
+#[test]
+fn an_open_that_finds_no_descriptor_truncates_nothing() {
+    c_program_via_daemon("emfile", "EMFILE-OK", false);
+}
+
 /// Reads and writes that bypass libc (Linux AIO, the raw system call instruction; io_uring
 /// takes the same path in the kernel) on a private and on a shared pool descriptor fail
 /// with EBADF, never succeed without the file's bytes (tests/c/kernelio.c, which succeeds
