@@ -166,10 +166,10 @@ impl Server {
         self.changed(client, ino, false);
     }
 
-    /// `client` truncates `ino` to zero. Its own lingering count ends too: an O_TRUNC
-    /// (open's truncate, unlike the shim's ftruncate and truncate) does not zero the backing
-    /// file, which kept the bytes cut off, and the client's next mapping showed them past
-    /// the end of file. A refill from an empty file costs nothing.
+    /// `client` truncates `ino` to zero. Its own lingering count ends too: a refill from an
+    /// empty file costs nothing, and a truncate that did not zero the backing file (the
+    /// shim zeroes it within `mmap::resizing`; until 2026-11-27 its O_TRUNC open did not)
+    /// then leaves no bytes cut off for the client's next mapping to show.
     pub(in crate::server) fn emptied_by(&mut self, client: ClientId, ino: u64) {
         self.changed(client, ino, true);
     }
