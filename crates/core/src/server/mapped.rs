@@ -130,17 +130,17 @@ impl Server {
             let counted = mine.get_mut(&target.ino).filter(|n| **n > 0);
             let counted = counted.ok_or(Error::EINVAL)?;
             *counted -= 1;
-            if *counted == 0 {
-                if holds {
-                    // Lingers, counted once in the total, until the client closes the file.
-                    *self.mappings.lingering.entry(target.ino).or_default() += 1;
-                    self.show_live(target.ino);
-                    self.end_stale_lingering(target.ino);
-                    return Ok(Response::Done);
-                }
+            // The last one of a file the client holds open lingers, counted once in the
+            // total, until the client closes the file.
+            let lingers = *counted == 0 && holds;
+            if *counted == 0 && !holds {
                 mine.remove(&target.ino);
             }
-            self.unmap(target.ino, 1);
+            if lingers {
+                *self.mappings.lingering.entry(target.ino).or_default() += 1;
+            } else {
+                self.unmap(target.ino, 1);
+            }
             self.show_live(target.ino);
             self.end_stale_lingering(target.ino);
         }

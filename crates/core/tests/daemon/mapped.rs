@@ -15,6 +15,22 @@ fn two_clients(name: &str) -> (Daemon, Fs, Fs) {
     (d, a, b)
 }
 
+/// A filled backing file's mode.
+const FILLED: u32 =
+    0o600 | engram_core::sidefiles::MAP_CURRENT | engram_core::sidefiles::MAP_FILLED;
+
+/// A backing file of inode `h` of `d`'s pool as the shim makes it, holding `image`, with
+/// mode `mode` (its marks); returns its name.
+fn backing_file(d: &Daemon, h: engram_core::Handle, image: &[u8], mode: u32) -> String {
+    use engram_core::sidefiles;
+    use std::os::unix::fs::PermissionsExt;
+    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
+    let name = sidefiles::map_file(id, h.ino, h.generation);
+    std::fs::write(&name, image).unwrap();
+    std::fs::set_permissions(&name, std::fs::Permissions::from_mode(mode)).unwrap();
+    name
+}
+
 #[test]
 fn the_mapped_bit_follows_every_clients_mappings() {
     let (_d, a, b) = two_clients("mapped");
@@ -246,7 +262,6 @@ fn a_killed_clients_mappings_go_with_it() {
 fn a_dead_clients_stores_wait_for_a_write_in_flight() {
     use engram_core::sidefiles;
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::PermissionsExt;
     let d = Daemon::start("mapped-inflight", 16 << 20);
     let fs = Fs::connect(&d.socket).unwrap();
     fs.write_file("/f", &[b'a'; 8192]).unwrap();
@@ -254,17 +269,10 @@ fn a_dead_clients_stores_wait_for_a_write_in_flight() {
         .open_file("/f", &OpenOptions::new().read(true))
         .unwrap()
         .handle();
-    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
-    let name = sidefiles::map_file(id, h.ino, h.generation);
     // The backing file a mapper made, with a store in its second page.
     let mut image = vec![b'a'; 8192];
     image[5000] = b'Z';
-    std::fs::write(&name, &image).unwrap();
-    std::fs::set_permissions(
-        &name,
-        std::fs::Permissions::from_mode(0o600 | sidefiles::MAP_CURRENT),
-    )
-    .unwrap();
+    let name = backing_file(&d, h, &image, 0o600 | sidefiles::MAP_CURRENT);
     // The mapper: a client counting a mapping, then gone.
     let mapper = Fs::connect(&d.socket).unwrap();
     let f = mapper
@@ -324,20 +332,14 @@ fn a_dead_clients_stores_wait_for_a_write_in_flight() {
 /// (which reaches no backing file) was reverted.
 #[test]
 fn a_dead_mappers_stores_written_back_leave_a_lingering_count_alone() {
-    use engram_core::sidefiles;
-    use std::os::unix::fs::PermissionsExt;
     let (d, a, b) = two_clients("mapped-linger-dead");
     let rw = OpenOptions::new().read(true).write(true);
     a.write_file("/f", &[b'a'; 8192]).unwrap();
     let fa = a.open_file("/f", &rw).unwrap();
     let fb = b.open_file("/f", &rw).unwrap();
     let h = fa.handle();
-    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
-    let name = sidefiles::map_file(id, h.ino, h.generation);
     // The backing file a first mapping filled: the file's bytes.
-    std::fs::write(&name, [b'a'; 8192]).unwrap();
-    let mode = 0o600 | sidefiles::MAP_CURRENT | sidefiles::MAP_FILLED;
-    std::fs::set_permissions(&name, std::fs::Permissions::from_mode(mode)).unwrap();
+    let name = backing_file(&d, h, &[b'a'; 8192], FILLED);
     a.set_mapped(h, true).unwrap();
     a.set_mapped(h, false).unwrap();
     assert!(a.statfs().is_ok());
@@ -376,19 +378,13 @@ fn a_dead_mappers_stores_written_back_leave_a_lingering_count_alone() {
 /// through that live mapping, which reaches no backing file, was reverted.)
 #[test]
 fn a_client_gone_while_lingering_writes_nothing_back() {
-    use engram_core::sidefiles;
-    use std::os::unix::fs::PermissionsExt;
     let (d, a, b) = two_clients("mapped-linger-gone");
     let rw = OpenOptions::new().read(true).write(true);
     a.write_file("/f", &[b'a'; 8192]).unwrap();
     let fa = a.open_file("/f", &OpenOptions::new().read(true)).unwrap();
     let fb = b.open_file("/f", &rw).unwrap();
     let h = fa.handle();
-    let id = sidefiles::pool_id(&std::fs::canonicalize(&d.pool).unwrap());
-    let name = sidefiles::map_file(id, h.ino, h.generation);
-    std::fs::write(&name, [b'a'; 8192]).unwrap();
-    let mode = 0o600 | sidefiles::MAP_CURRENT | sidefiles::MAP_FILLED;
-    std::fs::set_permissions(&name, std::fs::Permissions::from_mode(mode)).unwrap();
+    backing_file(&d, h, &[b'a'; 8192], FILLED);
     // A client lingers on it (and goes), a goes on mapping it live.
     let mut child = spawn_worker("linger-and-hang", &d.socket, "");
     super::killed::eventually(|| a.stat("/ready").is_ok());
